@@ -1,0 +1,42 @@
+# Tidemark developer entry points. `make test` works on a fresh machine: it creates .venv,
+# installs everything the tests need from pyproject.toml, lints, type-checks and runs pytest.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV ?= .venv
+PY := $(VENV)/bin/python
+DEPS_HASH := $(shell cat pyproject.toml | sha1sum | cut -c1-12)
+STAMP := $(VENV)/.installed-$(DEPS_HASH)
+PYTEST_ARGS ?=
+
+.PHONY: install test unit integration lint typecheck bench clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required, found " + sys.version' 
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev,cdk]'
+	@rm -f $(VENV)/.installed-* && touch $@
+
+install: $(STAMP)
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: install
+	$(VENV)/bin/mypy
+
+test: lint typecheck
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+unit: install
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+integration: install
+	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
+
+bench: install
+	$(PY) bench/handler.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache cdk.out .hypothesis

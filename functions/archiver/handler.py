@@ -1,0 +1,61 @@
+"""Archiver Lambda: an MSK / self-managed Kafka event source mapping delivers batches here.
+
+Thin adapter: parse and archive through the core, emit metrics, shape the response. Raising
+fails the invocation, the ESM retries the whole batch, and the ledger drops what was already
+staged; returning lets the ESM commit the batch's offsets (invariant 6).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from tidemark.archiver import Archiver
+from tidemark.runtime import Runtime
+from tidemark.writer.outcome import BatchOutcome
+
+logger = Logger(service="tidemark-archiver")
+metrics = Metrics(namespace="Tidemark", service="tidemark-archiver")
+tracer = Tracer(service="tidemark-archiver")
+copy_config_to_registered_loggers(source_logger=logger, include={"tidemark"})
+
+# Built at cold start: a wrong config or a missing setting fails the init, naming the field.
+ARCHIVER = Archiver(Runtime.from_env())
+
+
+def emit_metrics(stream: str, outcome: BatchOutcome) -> None:
+    """One EMF document per stream (and per flush reason), dimensioned by stream."""
+    metrics.add_dimension(name="stream", value=stream)
+    metrics.add_metric(name="RecordsIn", unit=MetricUnit.Count, value=outcome.records_in)
+    metrics.add_metric(name="DuplicatesDropped", unit=MetricUnit.Count, value=outcome.duplicates)
+    metrics.add_metric(name="BytesStaged", unit=MetricUnit.Bytes, value=outcome.bytes_staged)
+    metrics.add_metric(name="DeadLettered", unit=MetricUnit.Count, value=sum(outcome.dead_lettered.values()))
+    metrics.add_metric(name="ObjectsCommitted", unit=MetricUnit.Count, value=len(outcome.flushes))
+    metrics.add_metric(name="FlushErrors", unit=MetricUnit.Count, value=outcome.flush_errors)
+    metrics.add_metric(name="LedgerConflicts", unit=MetricUnit.Count, value=outcome.conflicts)
+    for flush in outcome.flushes:
+        metrics.add_metric(name="FlushLatency", unit=MetricUnit.Milliseconds, value=flush.latency_ms)
+    if outcome.dead_lettered:
+        metrics.add_metadata(key="dead_letter_reasons", value=dict(outcome.dead_lettered))
+    metrics.flush_metrics()
+    reasons: dict[str, int] = {}
+    for flush in outcome.flushes:
+        reasons[flush.reason] = reasons.get(flush.reason, 0) + 1
+    for reason, count in sorted(reasons.items()):
+        metrics.add_dimension(name="stream", value=stream)
+        metrics.add_dimension(name="reason", value=reason)
+        metrics.add_metric(name="Flushes", unit=MetricUnit.Count, value=count)
+        metrics.flush_metrics()
+
+
+@logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler(capture_response=False)
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    outcomes = ARCHIVER.handle(event)
+    for stream, outcome in outcomes.items():
+        emit_metrics(stream, outcome)
+    return {"status": "ok", "streams": {stream: outcome.summary() for stream, outcome in outcomes.items()}}

@@ -1,0 +1,35 @@
+"""Buffer identity: a partition has one open buffer per (kind, event hour).
+
+``raw`` buffers hold archived records, ``errors`` buffers dead-lettered ones (filed under the
+hour of their Kafka timestamp, since their event time may be what is wrong with them).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from tidemark.exceptions import UnsafePathError
+
+RAW_KIND = "raw"
+ERRORS_KIND = "errors"
+KINDS = (RAW_KIND, ERRORS_KIND)
+HOUR_LABEL = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}$")
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class BufferKey:
+    kind: str
+    hour: str
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS or not HOUR_LABEL.match(self.hour):
+            raise UnsafePathError(f"invalid buffer key {self.kind!r}/{self.hour!r}")
+
+    def __str__(self) -> str:
+        return f"{self.kind}/{self.hour}"
+
+    @classmethod
+    def parse(cls, text: str) -> BufferKey:
+        kind, _, hour = text.partition("/")
+        return cls(kind, hour)

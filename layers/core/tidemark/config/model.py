@@ -1,0 +1,238 @@
+"""Pydantic model of the stream configuration (``config/tidemark.yaml``).
+
+Every model forbids unknown fields, so a typo fails loudly with the field's path instead of
+being silently ignored.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import BaseModel, ByteSize, ConfigDict, Field, field_validator, model_validator
+
+from tidemark.config.units import Bytes, Duration, to_ms
+
+STREAM_NAME = r"^[a-z][a-z0-9_-]{0,62}$"
+# Kafka's own rule for topic names.
+TOPIC_NAME = r"^[A-Za-z0-9._-]{1,249}$"
+MSK_CLUSTER_ARN = r"^arn:aws[a-z-]*:kafka:[a-z0-9-]+:\d{12}:cluster/[A-Za-z0-9-]{1,64}/[A-Za-z0-9-]+$"
+IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
+S3_PREFIX = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+
+MiB = 1024 * 1024
+GiB = 1024 * MiB
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SourceConfig(_Model):
+    """Where the stream's records come from: an MSK cluster or a self-managed Kafka."""
+
+    kind: Literal["msk", "kafka"] = "msk"
+    topic: str = Field(pattern=TOPIC_NAME)
+    cluster_arn: str | None = Field(default=None, pattern=MSK_CLUSTER_ARN)
+    bootstrap_servers: list[str] | None = None
+    consumer_group_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._-]{1,200}$")
+    batch_size: int = Field(default=1000, ge=1, le=10_000)
+    batching_window: Duration = timedelta(seconds=1)
+    starting_position: Literal["TRIM_HORIZON", "LATEST"] = "TRIM_HORIZON"
+
+    @field_validator("batching_window")
+    @classmethod
+    def _window_limit(cls, value: timedelta) -> timedelta:
+        if not timedelta(0) <= value <= timedelta(seconds=300):
+            raise ValueError("must be between 0s and 300s (the ESM's limit)")
+        return value
+
+    @model_validator(mode="after")
+    def _source_kind(self) -> SourceConfig:
+        if self.kind == "msk" and self.cluster_arn is None:
+            raise ValueError("cluster_arn is required when kind is 'msk'")
+        if self.kind == "kafka" and not self.bootstrap_servers:
+            raise ValueError("bootstrap_servers is required when kind is 'kafka'")
+        return self
+
+
+class EventTimeConfig(_Model):
+    """How a record's event time is found; the record is filed under that time's hour."""
+
+    source: Literal["record_timestamp", "json_field", "header", "processing_time"] = "record_timestamp"
+    field: str | None = Field(default=None, description="dotted path into a JSON value (source=json_field)")
+    header: str | None = Field(default=None, min_length=1, description="header name (source=header)")
+    format: Literal["auto", "epoch_s", "epoch_ms", "iso8601"] = "auto"
+    timezone: str = "UTC"
+
+    @field_validator("field")
+    @classmethod
+    def _dotted_path(cls, value: str | None) -> str | None:
+        if value is not None and (not value or any(not part for part in value.split("."))):
+            raise ValueError("must be a dotted path such as 'created_at' or 'meta.ts'")
+        return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError) as exc:
+            raise ValueError(f"unknown IANA time zone {value!r}") from exc
+        return value
+
+    @model_validator(mode="after")
+    def _source_needs(self) -> EventTimeConfig:
+        if self.source == "json_field" and not self.field:
+            raise ValueError("field is required when source is 'json_field'")
+        if self.source == "header" and not self.header:
+            raise ValueError("header is required when source is 'header'")
+        return self
+
+
+class EncodingConfig(_Model):
+    """How key, value and header bytes are validated and rendered in the archive envelope."""
+
+    value: Literal["json", "text", "bytes"] = "json"
+    key: Literal["text", "bytes"] = "text"
+    headers: Literal["text", "bytes"] = "text"
+
+
+class FlushPolicyConfig(_Model):
+    """A buffer is sealed and flushed when any one limit is reached."""
+
+    max_records: int = Field(default=100_000, ge=1, le=50_000_000)
+    max_bytes: Bytes = Field(default=ByteSize(64 * MiB), ge=1024, le=5 * GiB)
+    max_age: Duration = timedelta(minutes=15)
+    # Guards that keep the ledger item small (DynamoDB items are limited to 400 KB).
+    max_segments: int = Field(default=200, ge=1, le=1000)
+    max_open_buffers: int = Field(default=24, ge=1, le=200)
+
+    @field_validator("max_age")
+    @classmethod
+    def _age_range(cls, value: timedelta) -> timedelta:
+        if not timedelta(seconds=1) <= value <= timedelta(days=7):
+            raise ValueError("must be between 1s and 7d")
+        return value
+
+    @model_validator(mode="after")
+    def _ledger_item_bound(self) -> FlushPolicyConfig:
+        # ~60 bytes per segment reference in the ledger item; stay well under 400 KB.
+        if self.max_segments * self.max_open_buffers > 4800:
+            raise ValueError("max_segments * max_open_buffers must be at most 4800 (ledger item size)")
+        return self
+
+    @property
+    def max_age_ms(self) -> int:
+        return to_ms(self.max_age)
+
+
+class FormatConfig(_Model):
+    type: Literal["jsonl"] = "jsonl"
+    compression: Literal["gzip", "none"] = "gzip"
+    gzip_level: int = Field(default=6, ge=1, le=9)
+
+
+class DeadLetterConfig(_Model):
+    """Bad records go to ``<errors_prefix>/<stream>/...`` with their original bytes and a reason."""
+
+    max_record_bytes: Bytes = Field(default=ByteSize(1 * MiB), ge=1, le=64 * MiB)
+
+
+class AggregationConfig(_Model):
+    """One aggregate table the Spark job computes per event hour."""
+
+    name: str = Field(pattern=IDENTIFIER)
+    group_by: list[str] = Field(default_factory=list)
+    metrics: dict[str, str] = Field(min_length=1, description="metric name -> Spark SQL aggregate expression")
+
+    @field_validator("group_by")
+    @classmethod
+    def _columns(cls, value: list[str]) -> list[str]:
+        for column in value:
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_.]*$", column):
+                raise ValueError(f"{column!r} is not a column name")
+        return value
+
+    @field_validator("metrics")
+    @classmethod
+    def _metric_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, expression in value.items():
+            if not re.match(IDENTIFIER, name):
+                raise ValueError(f"metric name {name!r} is not an identifier")
+            if not expression.strip():
+                raise ValueError(f"metric {name!r} has an empty expression")
+        return value
+
+
+class StreamConfig(_Model):
+    name: str = Field(pattern=STREAM_NAME)
+    source: SourceConfig
+    event_time: EventTimeConfig = EventTimeConfig()
+    encoding: EncodingConfig = EncodingConfig()
+    flush: FlushPolicyConfig = FlushPolicyConfig()
+    format: FormatConfig = FormatConfig()
+    dead_letter: DeadLetterConfig = DeadLetterConfig()
+    aggregations: list[AggregationConfig] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _json_needs_json(self) -> StreamConfig:
+        if self.event_time.source == "json_field" and self.encoding.value != "json":
+            raise ValueError("event_time.source 'json_field' needs encoding.value 'json'")
+        return self
+
+
+class ArchiveSettings(_Model):
+    """Settings shared by every stream."""
+
+    raw_prefix: str = Field(default="raw", pattern=S3_PREFIX)
+    errors_prefix: str = Field(default="errors", pattern=S3_PREFIX)
+    # Unaccepted segments younger than this are left alone: they may belong to an invocation
+    # that is still running. Must exceed the Lambda timeout (at most 15 minutes).
+    segment_grace: Duration = timedelta(minutes=30)
+    multipart_threshold: Bytes = Field(default=ByteSize(16 * MiB), ge=5 * MiB)
+    multipart_chunksize: Bytes = Field(default=ByteSize(8 * MiB), ge=5 * MiB)
+    max_accept_attempts: int = Field(default=5, ge=1, le=50)
+
+    @field_validator("segment_grace")
+    @classmethod
+    def _grace(cls, value: timedelta) -> timedelta:
+        if value <= timedelta(minutes=15):
+            raise ValueError("must exceed 15m, the longest a Lambda invocation can run")
+        return value
+
+    @property
+    def segment_grace_ms(self) -> int:
+        return to_ms(self.segment_grace)
+
+
+class TidemarkConfig(_Model):
+    version: Literal[1] = 1
+    archive: ArchiveSettings = ArchiveSettings()
+    streams: list[StreamConfig] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique(self) -> TidemarkConfig:
+        names = [stream.name for stream in self.streams]
+        topics = [stream.source.topic for stream in self.streams]
+        if len(set(names)) != len(names):
+            raise ValueError(f"stream names must be unique, got {names}")
+        if len(set(topics)) != len(topics):
+            raise ValueError(f"each topic may feed one stream only, got {topics}")
+        if self.archive.raw_prefix == self.archive.errors_prefix:
+            raise ValueError("archive.raw_prefix and archive.errors_prefix must differ")
+        return self
+
+    def stream(self, name: str) -> StreamConfig:
+        for stream in self.streams:
+            if stream.name == name:
+                return stream
+        raise KeyError(name)
+
+    def stream_for_topic(self, topic: str) -> StreamConfig | None:
+        for stream in self.streams:
+            if stream.source.topic == topic:
+                return stream
+        return None

@@ -1,0 +1,154 @@
+"""Event-time extraction and the event-hour a record is filed under.
+
+A record goes to the folder of its own event hour however late it arrives (seed rule: late
+events are attributed to their event time). Times are epoch milliseconds throughout; naive
+ISO-8601 strings are read in the stream's configured time zone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from tidemark.clock import Clock
+from tidemark.config.model import EventTimeConfig
+from tidemark.records.model import Record
+
+MISSING_EVENT_TIME = "missing_event_time"
+INVALID_EVENT_TIME = "invalid_event_time"
+
+# Epoch numbers below this are seconds, above are milliseconds (1e11 s is the year 5138,
+# 1e11 ms is 1973), the usual heuristic for 'auto'.
+_SECONDS_LIMIT = 100_000_000_000
+_MIN_MS = 0  # 1970-01-01
+_MAX_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
+_HOUR_MS = 3_600_000
+_QUARTER_MS = 900_000
+
+
+class EventTimeError(ValueError):
+    """The record has no usable event time; ``reason`` is the dead-letter reason code."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+Extractor = Callable[[Record, Any], int]
+
+
+def _check_range(ms: int) -> int:
+    if not _MIN_MS <= ms <= _MAX_MS:
+        raise EventTimeError(INVALID_EVENT_TIME, f"{ms} ms is outside 1970..9999")
+    return ms
+
+
+def _from_number(number: float, fmt: str) -> int:
+    if fmt == "epoch_s" or (fmt == "auto" and abs(number) < _SECONDS_LIMIT):
+        return _check_range(round(number * 1000))
+    return _check_range(int(number))
+
+
+def _from_iso(text: str, zone: ZoneInfo) -> int:
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise EventTimeError(INVALID_EVENT_TIME, f"{text[:64]!r} is not ISO-8601") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=zone)
+    return _check_range(int(moment.timestamp() * 1000))
+
+
+def parse_time_value(value: Any, fmt: str, zone: ZoneInfo) -> int:
+    """Interpret a field or header value as epoch milliseconds."""
+    if isinstance(value, bool) or value is None:
+        raise EventTimeError(INVALID_EVENT_TIME, f"{value!r} is not a time")
+    if isinstance(value, int | float):
+        if fmt == "iso8601":
+            raise EventTimeError(INVALID_EVENT_TIME, f"{value!r} is a number, expected ISO-8601")
+        if value != value or value in (float("inf"), float("-inf")):
+            raise EventTimeError(INVALID_EVENT_TIME, f"{value!r} is not a finite number")
+        return _from_number(value, fmt)
+    if isinstance(value, str):
+        text = value.strip()
+        if fmt != "iso8601":
+            try:
+                return _from_number(float(text) if "." in text else int(text), fmt)
+            except ValueError:
+                if fmt != "auto":
+                    raise EventTimeError(INVALID_EVENT_TIME, f"{text[:64]!r} is not an epoch number") from None
+        return _from_iso(text, zone)
+    raise EventTimeError(INVALID_EVENT_TIME, f"a {type(value).__name__} is not a time")
+
+
+def build_extractor(config: EventTimeConfig, clock: Clock) -> Extractor:
+    """Return ``f(record, parsed_json_value) -> epoch ms`` for the configured source."""
+    zone = ZoneInfo(config.timezone)
+    fmt = config.format
+    if config.source == "record_timestamp":
+        return lambda record, _parsed: _check_range(record.timestamp_ms)
+    if config.source == "processing_time":
+        return lambda _record, _parsed: clock.now_ms()
+    if config.source == "header":
+        name = config.header
+        assert name is not None
+
+        def from_header(record: Record, _parsed: Any) -> int:
+            for header, data in record.headers:
+                if header == name:
+                    try:
+                        text = data.decode("utf-8")
+                    except UnicodeDecodeError:
+                        raise EventTimeError(INVALID_EVENT_TIME, f"header {name!r} is not UTF-8") from None
+                    return parse_time_value(text, fmt, zone)
+            raise EventTimeError(MISSING_EVENT_TIME, f"header {name!r} is absent")
+
+        return from_header
+    assert config.field is not None
+    path = tuple(config.field.split("."))
+
+    def from_field(_record: Record, parsed: Any) -> int:
+        node = parsed
+        for part in path:
+            if not isinstance(node, dict) or part not in node:
+                raise EventTimeError(MISSING_EVENT_TIME, f"field {config.field!r} is absent")
+            node = node[part]
+        return parse_time_value(node, fmt, zone)
+
+    return from_field
+
+
+class HourBucketer:
+    """Maps epoch milliseconds to the event-hour label ``YYYY-MM-DDTHH`` in one time zone."""
+
+    def __init__(self, timezone: str = "UTC") -> None:
+        self._zone = ZoneInfo(timezone)
+        self._utc = timezone in ("UTC", "Etc/UTC")
+        self._cache: dict[int, str] = {}
+
+    def label(self, ms: int) -> str:
+        # Zone offsets change only on quarter-hour boundaries, so one lookup per UTC
+        # quarter-hour (per hour for UTC) is exact.
+        bucket = ms // (_HOUR_MS if self._utc else _QUARTER_MS)
+        label = self._cache.get(bucket)
+        if label is None:
+            if len(self._cache) > 100_000:
+                self._cache.clear()
+            moment = datetime.fromtimestamp(ms / 1000, UTC).astimezone(self._zone)
+            label = moment.strftime("%Y-%m-%dT%H")
+            self._cache[bucket] = label
+        return label
+
+
+def hour_path(label: str) -> str:
+    """``2026-11-21T07`` -> ``2026/11/21/07`` (the S3 folder)."""
+    return f"{label[0:4]}/{label[5:7]}/{label[8:10]}/{label[11:13]}"
+
+
+def iso_utc(ms: int) -> str:
+    """Epoch ms -> ``2026-11-21T07:12:33.123Z``."""
+    moment = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"

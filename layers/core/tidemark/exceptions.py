@@ -1,0 +1,57 @@
+"""Every error Tidemark raises derives from :class:`TidemarkError`."""
+
+from __future__ import annotations
+
+
+class TidemarkError(Exception):
+    """Base class of all Tidemark errors."""
+
+
+class ConfigError(TidemarkError):
+    """The stream configuration is invalid; the message names the offending field."""
+
+
+class MalformedEventError(TidemarkError):
+    """The Lambda event is not an MSK / self-managed Kafka event source mapping event."""
+
+
+class UnknownTopicError(TidemarkError):
+    """A record arrived for a topic that no configured stream archives."""
+
+
+class UnsafePathError(TidemarkError):
+    """A value would have produced a path outside the staging root or the stream's prefix."""
+
+
+class CorruptSegmentError(TidemarkError):
+    """A ledger-accepted staging segment does not hold what the ledger says it holds.
+
+    Accepted segments were fsync'd before the ledger accepted them, so this is never a torn
+    write of ours: it is storage damage or tampering, and archiving of the partition stops
+    rather than silently losing records.
+    """
+
+
+class LedgerError(TidemarkError):
+    """Base class of ledger errors."""
+
+
+class LedgerConflictError(LedgerError):
+    """A conditional write lost: someone else changed the partition state first."""
+
+    def __init__(self, message: str, current: object | None = None) -> None:
+        super().__init__(message)
+        #: The state that won, when DynamoDB returned it (``ReturnValuesOnConditionCheckFailure``).
+        self.current = current
+
+
+class DoubleCommitError(LedgerError):
+    """An object record already exists for a flush that was still sealed: never expected."""
+
+
+class InvalidTransitionError(LedgerError):
+    """A partition state transition was asked for that the state machine does not allow."""
+
+
+class StagingConflictError(TidemarkError):
+    """A batch could not be accepted after repeated conflicts; the batch fails and is redelivered."""

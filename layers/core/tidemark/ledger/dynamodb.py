@@ -1,0 +1,282 @@
+"""DynamoDB backend of the ledger: one item per partition state, one item per committed object.
+
+Keys (a single table, ``pk``/``sk`` strings):
+
+* partition state: ``pk = PART#<stream>#<partition>``, ``sk = STATE``
+* committed object: ``pk = HOUR#<stream>#<hour>``, ``sk = OBJ#<kind>#<partition>#<first offset>``
+
+Conditional writes are turned into domain errors: a lost version check becomes
+``LedgerConflictError`` carrying the winning state (``ReturnValuesOnConditionCheckFailure``), an
+object item that already exists becomes ``DoubleCommitError``.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+import boto3
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+from tidemark.buffers import BufferKey
+from tidemark.exceptions import DoubleCommitError, LedgerConflictError
+from tidemark.ledger.base import Ledger
+from tidemark.ledger.model import CommittedObject, OpenBuffer, PartitionState, SealedFlush
+from tidemark.staging.store import SegmentRef
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+_SERIALIZER = TypeSerializer()
+_DESERIALIZER = TypeDeserializer()
+STATE_SK = "STATE"
+
+
+def ledger_table_schema(table_name: str) -> dict[str, Any]:
+    """``CreateTable`` arguments; the CDK stack defines the same keys (see stacks/storage.py)."""
+    return {
+        "TableName": table_name,
+        "AttributeDefinitions": [
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "sk", "AttributeType": "S"},
+        ],
+        "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+        "BillingMode": "PAY_PER_REQUEST",
+    }
+
+
+def state_pk(stream: str, partition: int) -> str:
+    return f"PART#{stream}#{partition}"
+
+
+def hour_pk(stream: str, hour: str) -> str:
+    return f"HOUR#{stream}#{hour}"
+
+
+def _seg_to(segment: SegmentRef) -> list[Any]:
+    return [segment.name, segment.records, segment.size, segment.first, segment.last]
+
+
+def _seg_from(raw: list[Any]) -> SegmentRef:
+    name, records, size, first, last = raw
+    return SegmentRef(name=name, records=int(records), size=int(size), first=int(first), last=int(last))
+
+
+def _buffer_to(buffer: OpenBuffer) -> dict[str, Any]:
+    return {
+        "key": str(buffer.key),
+        "seq": buffer.seq,
+        "opened": buffer.opened_ms,
+        "appended": buffer.appended_ms,
+        "segs": [_seg_to(segment) for segment in buffer.segments],
+    }
+
+
+def _buffer_from(raw: dict[str, Any]) -> OpenBuffer:
+    return OpenBuffer(
+        key=BufferKey.parse(raw["key"]),
+        seq=int(raw["seq"]),
+        opened_ms=int(raw["opened"]),
+        appended_ms=int(raw["appended"]),
+        segments=tuple(_seg_from(segment) for segment in raw["segs"]),
+    )
+
+
+def state_to_item(state: PartitionState) -> dict[str, Any]:
+    """The state as a plain item (Python values); serialised with boto3's ``TypeSerializer``."""
+    return {
+        "pk": state_pk(state.stream, state.partition),
+        "sk": STATE_SK,
+        "stream": state.stream,
+        "partition": state.partition,
+        "version": state.version,
+        "staged_offset": state.staged_offset,
+        "next_seq": state.next_seq,
+        "updated_ms": state.updated_ms,
+        "open_buffers": len(state.buffers),
+        "sealed_flushes": len(state.sealed),
+        "buffers": {key: _buffer_to(buffer) for key, buffer in state.buffers.items()},
+        "sealed": {
+            flush_id: {
+                "buffer": _buffer_to(flush.buffer),
+                "object_key": flush.object_key,
+                "reason": flush.reason,
+                "sealed": flush.sealed_ms,
+            }
+            for flush_id, flush in state.sealed.items()
+        },
+    }
+
+
+def state_from_item(item: dict[str, Any]) -> PartitionState:
+    return PartitionState(
+        stream=item["stream"],
+        partition=int(item["partition"]),
+        version=int(item["version"]),
+        staged_offset=int(item["staged_offset"]),
+        next_seq=int(item["next_seq"]),
+        updated_ms=int(item["updated_ms"]),
+        buffers={key: _buffer_from(raw) for key, raw in item.get("buffers", {}).items()},
+        sealed={
+            flush_id: SealedFlush(
+                buffer=_buffer_from(raw["buffer"]),
+                object_key=raw["object_key"],
+                reason=raw["reason"],
+                sealed_ms=int(raw["sealed"]),
+            )
+            for flush_id, raw in item.get("sealed", {}).items()
+        },
+    )
+
+
+def object_to_item(committed: CommittedObject) -> dict[str, Any]:
+    return {
+        "pk": hour_pk(committed.stream, committed.hour),
+        "sk": f"OBJ#{committed.kind}#{committed.partition:05d}#{committed.first:020d}",
+        "stream": committed.stream,
+        "partition": committed.partition,
+        "kind": committed.kind,
+        "hour": committed.hour,
+        "object_key": committed.key,
+        "first_offset": committed.first,
+        "last_offset": committed.last,
+        "records": committed.records,
+        "size": committed.size,
+        "sha256": committed.sha256,
+        "committed_ms": committed.committed_ms,
+    }
+
+
+def object_from_item(item: dict[str, Any]) -> CommittedObject:
+    return CommittedObject(
+        stream=item["stream"],
+        partition=int(item["partition"]),
+        kind=item["kind"],
+        hour=item["hour"],
+        key=item["object_key"],
+        first=int(item["first_offset"]),
+        last=int(item["last_offset"]),
+        records=int(item["records"]),
+        size=int(item["size"]),
+        sha256=item["sha256"],
+        committed_ms=int(item["committed_ms"]),
+    )
+
+
+def _serialize(item: dict[str, Any]) -> dict[str, Any]:
+    return {name: _SERIALIZER.serialize(value) for name, value in item.items()}
+
+
+def _deserialize(item: dict[str, Any]) -> dict[str, Any]:
+    return {name: _plain(_DESERIALIZER.deserialize(value)) for name, value in item.items()}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return int(value)
+    if isinstance(value, dict):
+        return {key: _plain(inner) for key, inner in value.items()}
+    if isinstance(value, list):
+        return [_plain(inner) for inner in value]
+    return value
+
+
+def _version_condition(expected_version: int) -> tuple[str, dict[str, Any]]:
+    if expected_version == 0:
+        return "attribute_not_exists(pk)", {}
+    return "version = :expected", {":expected": {"N": str(expected_version)}}
+
+
+class DynamoDBLedger(Ledger):
+    def __init__(
+        self,
+        table_name: str,
+        *,
+        client: DynamoDBClient | None = None,
+        boto_config: Config | None = None,
+    ) -> None:
+        self.table_name = table_name
+        self._client = client or boto3.client(
+            "dynamodb", config=boto_config or Config(retries={"mode": "standard", "max_attempts": 8})
+        )
+
+    def _get_state(self, stream: str, partition: int) -> PartitionState | None:
+        response = self._client.get_item(
+            TableName=self.table_name,
+            Key={"pk": {"S": state_pk(stream, partition)}, "sk": {"S": STATE_SK}},
+            ConsistentRead=True,
+        )
+        item = response.get("Item")
+        return state_from_item(_deserialize(item)) if item else None
+
+    def _put_state(self, state: PartitionState, expected_version: int) -> None:
+        condition, values = _version_condition(expected_version)
+        request: dict[str, Any] = {
+            "TableName": self.table_name,
+            "Item": _serialize(state_to_item(state)),
+            "ConditionExpression": condition,
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+        if values:
+            request["ExpressionAttributeValues"] = values
+        try:
+            self._client.put_item(**request)
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
+            old: dict[str, Any] | None = exc.response.get("Item")  # type: ignore[assignment]
+            current = state_from_item(_deserialize(old)) if old else None
+            raise LedgerConflictError(
+                f"{state.stream}/{state.partition}: expected version {expected_version}, "
+                f"found {current.version if current else 'another'}",
+                current,
+            ) from None
+
+    def _put_state_and_object(self, state: PartitionState, expected_version: int, committed: CommittedObject) -> None:
+        condition, values = _version_condition(expected_version)
+        state_put: dict[str, Any] = {
+            "TableName": self.table_name,
+            "Item": _serialize(state_to_item(state)),
+            "ConditionExpression": condition,
+        }
+        if values:
+            state_put["ExpressionAttributeValues"] = values
+        try:
+            self._client.transact_write_items(
+                TransactItems=[
+                    {"Put": state_put},  # type: ignore[typeddict-item]
+                    {
+                        "Put": {
+                            "TableName": self.table_name,
+                            "Item": _serialize(object_to_item(committed)),
+                            "ConditionExpression": "attribute_not_exists(pk)",
+                        }
+                    },
+                ]
+            )
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "TransactionCanceledException":
+                raise
+            cancelled: list[dict[str, Any]] = exc.response.get("CancellationReasons", [])  # type: ignore[assignment]
+            reasons = [reason.get("Code") for reason in cancelled]
+            if len(reasons) == 2 and reasons[0] in (None, "None") and reasons[1] == "ConditionalCheckFailed":
+                raise DoubleCommitError(
+                    f"object {committed.key} is already recorded but flush was still sealed"
+                ) from None
+            raise LedgerConflictError(
+                f"{state.stream}/{state.partition}: commit of {committed.key} lost the version check ({reasons})"
+            ) from None
+
+    def _query_objects(self, stream: str, hour: str) -> list[CommittedObject]:
+        paginator = self._client.get_paginator("query")
+        found: list[CommittedObject] = []
+        for page in paginator.paginate(
+            TableName=self.table_name,
+            KeyConditionExpression="pk = :pk AND begins_with(sk, :prefix)",
+            ExpressionAttributeValues={":pk": {"S": hour_pk(stream, hour)}, ":prefix": {"S": "OBJ#"}},
+            ConsistentRead=True,
+        ):
+            found.extend(object_from_item(_deserialize(item)) for item in page.get("Items", []))
+        return found

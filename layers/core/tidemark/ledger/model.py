@@ -1,0 +1,166 @@
+"""The partition state machine, as pure values and transitions (no I/O here).
+
+Per (stream, partition) the ledger holds the highest offset durably staged, the OPEN buffers
+(one per kind and event hour, each an ordered list of accepted segments) and the SEALED
+flushes (a frozen segment set with its object key). A buffer's life::
+
+    (none) --accept--> OPEN --accept--> OPEN --seal--> SEALED --commit--> COMMITTED (object item)
+
+Every transition returns a new state with ``version + 1``; the ledger writes it only if the
+stored version is still the one it was derived from (the fence of invariant 2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+
+from tidemark.buffers import BufferKey
+from tidemark.exceptions import InvalidTransitionError
+from tidemark.staging.store import SegmentRef
+
+
+@dataclass(frozen=True, slots=True)
+class OpenBuffer:
+    key: BufferKey
+    seq: int
+    opened_ms: int
+    appended_ms: int
+    segments: tuple[SegmentRef, ...]
+
+    @property
+    def records(self) -> int:
+        return sum(segment.records for segment in self.segments)
+
+    @property
+    def size(self) -> int:
+        return sum(segment.size for segment in self.segments)
+
+    @property
+    def first(self) -> int:
+        return self.segments[0].first
+
+    @property
+    def last(self) -> int:
+        return self.segments[-1].last
+
+    @property
+    def flush_id(self) -> str:
+        return f"{self.key}#{self.seq}"
+
+
+@dataclass(frozen=True, slots=True)
+class SealedFlush:
+    """A buffer whose segment set, offset range and object key are fixed (invariant 4)."""
+
+    buffer: OpenBuffer
+    object_key: str
+    reason: str
+    sealed_ms: int
+
+    @property
+    def flush_id(self) -> str:
+        return self.buffer.flush_id
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedObject:
+    """The ledger's record of an object in S3 (what the Spark job and the sweeper read)."""
+
+    stream: str
+    partition: int
+    kind: str
+    hour: str
+    key: str
+    first: int
+    last: int
+    records: int
+    size: int
+    sha256: str
+    committed_ms: int
+
+
+ObjectKeyFn = Callable[[OpenBuffer], str]
+
+
+def _frozen(mapping: Mapping[str, object]) -> Mapping[str, object]:
+    return MappingProxyType(dict(mapping))
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    stream: str
+    partition: int
+    version: int = 0  # 0: nothing stored yet
+    staged_offset: int = -1
+    next_seq: int = 1
+    updated_ms: int = 0
+    buffers: Mapping[str, OpenBuffer] = field(default_factory=dict)  # by str(BufferKey)
+    sealed: Mapping[str, SealedFlush] = field(default_factory=dict)  # by flush id
+
+    # -- transitions ------------------------------------------------------------------------
+
+    def accept(
+        self, segments: Iterable[tuple[BufferKey, SegmentRef]], staged_offset: int, now_ms: int
+    ) -> PartitionState:
+        """Add freshly staged segments to their buffers (opening buffers as needed)."""
+        if staged_offset <= self.staged_offset:
+            raise InvalidTransitionError(f"staged offset must grow: {staged_offset} <= {self.staged_offset}")
+        buffers = dict(self.buffers)
+        next_seq = self.next_seq
+        for key, segment in segments:
+            if segment.first <= self.staged_offset or segment.last > staged_offset:
+                raise InvalidTransitionError(
+                    f"segment {segment.name} ({segment.first}..{segment.last}) outside "
+                    f"({self.staged_offset}, {staged_offset}]"
+                )
+            current = buffers.get(str(key))
+            if current is None:
+                buffers[str(key)] = OpenBuffer(key, next_seq, now_ms, now_ms, (segment,))
+                next_seq += 1
+            else:
+                buffers[str(key)] = replace(current, appended_ms=now_ms, segments=(*current.segments, segment))
+        return replace(
+            self,
+            version=self.version + 1,
+            staged_offset=staged_offset,
+            next_seq=next_seq,
+            updated_ms=now_ms,
+            buffers=_frozen(buffers),  # type: ignore[arg-type]
+        )
+
+    def seal(self, reasons: Mapping[str, str], object_key: ObjectKeyFn, now_ms: int) -> PartitionState:
+        """Freeze the named OPEN buffers into SEALED flushes with their object keys."""
+        if not reasons:
+            raise InvalidTransitionError("nothing to seal")
+        buffers = dict(self.buffers)
+        sealed = dict(self.sealed)
+        for key, reason in reasons.items():
+            buffer = buffers.pop(key, None)
+            if buffer is None:
+                raise InvalidTransitionError(f"buffer {key} is not open")
+            sealed[buffer.flush_id] = SealedFlush(buffer, object_key(buffer), reason, now_ms)
+        return replace(
+            self,
+            version=self.version + 1,
+            updated_ms=now_ms,
+            buffers=_frozen(buffers),  # type: ignore[arg-type]
+            sealed=_frozen(sealed),  # type: ignore[arg-type]
+        )
+
+    def commit(self, flush_id: str, now_ms: int) -> PartitionState:
+        """Forget a SEALED flush whose object is now in S3 (the object item is written with it)."""
+        if flush_id not in self.sealed:
+            raise InvalidTransitionError(f"flush {flush_id} is not sealed")
+        sealed = dict(self.sealed)
+        del sealed[flush_id]
+        return replace(self, version=self.version + 1, updated_ms=now_ms, sealed=_frozen(sealed))  # type: ignore[arg-type]
+
+    # -- queries ------------------------------------------------------------------------------
+
+    def referenced_segments(self) -> set[str]:
+        """Every segment the ledger has accepted and not yet committed: never garbage."""
+        names = {segment.name for buffer in self.buffers.values() for segment in buffer.segments}
+        names.update(segment.name for flush in self.sealed.values() for segment in flush.buffer.segments)
+        return names

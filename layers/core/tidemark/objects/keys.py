@@ -1,0 +1,22 @@
+"""Object keys are a pure function of (prefix, stream, event hour, partition, offsets, format)."""
+
+from __future__ import annotations
+
+import re
+
+from tidemark.eventtime import hour_path
+from tidemark.exceptions import UnsafePathError
+
+_PREFIX = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+_STREAM = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+_HOUR = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}$")
+_EXTENSION = re.compile(r"^[a-z0-9]+(\.[a-z0-9]+)*$")
+
+
+def object_key(prefix: str, stream: str, hour: str, partition: int, first: int, last: int, extension: str) -> str:
+    """``raw/orders/2026/11/21/07/orders+3+00000000000000000100-00000000000000000199.jsonl.gz``."""
+    if not (_PREFIX.match(prefix) and _STREAM.match(stream) and _HOUR.match(hour) and _EXTENSION.match(extension)):
+        raise UnsafePathError(f"refusing object key for {prefix!r}/{stream!r}/{hour!r}/{extension!r}")
+    if not (isinstance(partition, int) and partition >= 0 and 0 <= first <= last):
+        raise UnsafePathError(f"refusing object key for partition={partition!r} offsets {first!r}..{last!r}")
+    return f"{prefix}/{stream}/{hour_path(hour)}/{stream}+{partition}+{first:020d}-{last:020d}.{extension}"

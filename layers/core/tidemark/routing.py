@@ -1,0 +1,104 @@
+"""Decide, per record, which buffer it joins: its event hour's raw buffer, or a dead-letter one.
+
+Bad input never blocks a partition and is never silently dropped: a record that is oversized,
+not valid for the configured encoding, or without a usable event time is staged like any other
+record, into the ``errors`` buffer of its Kafka-timestamp hour, with its original bytes and the
+reason. It therefore gets the same exactly-once treatment as archived records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import orjson
+
+from tidemark.buffers import ERRORS_KIND, RAW_KIND, BufferKey
+from tidemark.clock import Clock
+from tidemark.config.model import StreamConfig
+from tidemark.eventtime import EventTimeError, HourBucketer, build_extractor
+from tidemark.records.model import Record
+from tidemark.staging.frames import DEAD_LETTER, NO_EVENT_TIME, RAW, encode_frame
+
+OVERSIZED = "oversized"
+INVALID_VALUE = "invalid_value_encoding"
+INVALID_KEY = "invalid_key_encoding"
+INVALID_HEADER = "invalid_header_encoding"
+
+
+class Rejected(Exception):
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass(frozen=True, slots=True)
+class Routed:
+    buffer: BufferKey
+    frame: bytes
+    reason: str  # "" for archived records, else the dead-letter reason code
+
+
+class Router:
+    def __init__(self, stream: StreamConfig, clock: Clock) -> None:
+        self._clock = clock
+        self._extract = build_extractor(stream.event_time, clock)
+        self._hours = HourBucketer(stream.event_time.timezone)
+        self._max_bytes = int(stream.dead_letter.max_record_bytes)
+        self._value_encoding = stream.encoding.value
+        self._key_text = stream.encoding.key == "text"
+        self._headers_text = stream.encoding.headers == "text"
+        self._needs_parse = stream.event_time.source == "json_field"
+
+    def _check(self, record: Record) -> object:
+        """Validate the record's bytes; return the parsed JSON value when the stream needs it."""
+        if len(record.value) > self._max_bytes:
+            raise Rejected(OVERSIZED, f"value is {len(record.value)} bytes, limit {self._max_bytes}")
+        if self._key_text and record.key is not None:
+            try:
+                record.key.decode("utf-8")
+            except UnicodeDecodeError:
+                raise Rejected(INVALID_KEY, "key is not UTF-8") from None
+        if self._headers_text:
+            for name, data in record.headers:
+                try:
+                    data.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise Rejected(INVALID_HEADER, f"header {name!r} is not UTF-8") from None
+        parsed: object = None
+        if self._value_encoding == "json":
+            try:
+                parsed = orjson.loads(record.value)
+            except orjson.JSONDecodeError as exc:
+                raise Rejected(INVALID_VALUE, f"value is not JSON ({exc})") from None
+        elif self._value_encoding == "text":
+            try:
+                record.value.decode("utf-8")
+            except UnicodeDecodeError:
+                raise Rejected(INVALID_VALUE, "value is not UTF-8") from None
+        return parsed if self._needs_parse else None
+
+    def route(self, record: Record) -> Routed:
+        try:
+            parsed = self._check(record)
+            event_ms = self._extract(record, parsed)
+        except (Rejected, EventTimeError) as exc:
+            return self.dead_letter(record, exc.reason, exc.detail)
+        frame = encode_frame(
+            RAW, record.offset, record.timestamp_ms, event_ms, record.key, record.value, record.headers
+        )
+        return Routed(BufferKey(RAW_KIND, self._hours.label(event_ms)), frame, "")
+
+    def dead_letter(self, record: Record, reason: str, detail: str) -> Routed:
+        filed_ms = record.timestamp_ms if record.timestamp_ms >= 0 else self._clock.now_ms()
+        frame = encode_frame(
+            DEAD_LETTER,
+            record.offset,
+            record.timestamp_ms,
+            NO_EVENT_TIME,
+            record.key,
+            record.value,
+            record.headers,
+            reason=f"{reason}: {detail}"[:1000],
+        )
+        return Routed(BufferKey(ERRORS_KIND, self._hours.label(filed_ms)), frame, reason)

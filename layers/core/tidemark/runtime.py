@@ -1,0 +1,99 @@
+"""Wiring: build the ledger, staging store and object store from the environment (Lambda)
+or from explicit arguments (tests, the embedded runner)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from boto3.s3.transfer import TransferConfig
+
+from tidemark.clock import Clock, SystemClock
+from tidemark.config.loader import load_config_from_env
+from tidemark.config.model import StreamConfig, TidemarkConfig
+from tidemark.exceptions import ConfigError
+from tidemark.faults import CrashPoints, NoCrashes, crash_points_from_env
+from tidemark.ledger.base import Ledger
+from tidemark.ledger.dynamodb import DynamoDBLedger
+from tidemark.objects.writer import ObjectStore
+from tidemark.staging.store import SegmentStore
+from tidemark.writer.partition import PartitionWriter
+from tidemark.writer.stream import StreamContext
+
+ENV_BUCKET = "TIDEMARK_BUCKET"
+ENV_LEDGER_TABLE = "TIDEMARK_LEDGER_TABLE"
+ENV_STAGING_ROOT = "TIDEMARK_STAGING_ROOT"
+ENV_SPOOL_DIR = "TIDEMARK_SPOOL_DIR"
+
+
+@dataclass
+class Runtime:
+    config: TidemarkConfig
+    ledger: Ledger
+    staging: SegmentStore
+    objects: ObjectStore
+    clock: Clock = field(default_factory=SystemClock)
+    crash_points: CrashPoints = field(default_factory=NoCrashes)
+    _streams: dict[str, StreamContext] = field(default_factory=dict, init=False, repr=False)
+
+    @classmethod
+    def build(
+        cls,
+        config: TidemarkConfig,
+        *,
+        bucket: str,
+        table: str,
+        staging_root: str,
+        spool_dir: str | None = None,
+        clock: Clock | None = None,
+        crash_points: CrashPoints | None = None,
+        s3_client: object | None = None,
+        dynamodb_client: object | None = None,
+    ) -> Runtime:
+        crash = crash_points or NoCrashes()
+        transfer = TransferConfig(
+            multipart_threshold=int(config.archive.multipart_threshold),
+            multipart_chunksize=int(config.archive.multipart_chunksize),
+        )
+        return cls(
+            config=config,
+            ledger=DynamoDBLedger(table, client=dynamodb_client),  # type: ignore[arg-type]
+            staging=SegmentStore(staging_root, crash),
+            objects=ObjectStore(bucket, client=s3_client, transfer_config=transfer, spool_dir=spool_dir),  # type: ignore[arg-type]
+            clock=clock or SystemClock(),
+            crash_points=crash,
+        )
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Runtime:
+        """Cold start: a missing setting or a bad config fails here, naming what is wrong."""
+        env = os.environ if environ is None else environ
+        missing = [name for name in (ENV_BUCKET, ENV_LEDGER_TABLE, ENV_STAGING_ROOT) if not env.get(name)]
+        if missing:
+            raise ConfigError(f"missing environment variable(s): {', '.join(missing)}")
+        return cls.build(
+            load_config_from_env(dict(env)),
+            bucket=env[ENV_BUCKET],
+            table=env[ENV_LEDGER_TABLE],
+            staging_root=env[ENV_STAGING_ROOT],
+            spool_dir=env.get(ENV_SPOOL_DIR) or None,
+            crash_points=crash_points_from_env(),
+        )
+
+    def stream(self, config: StreamConfig) -> StreamContext:
+        context = self._streams.get(config.name)
+        if context is None:
+            context = self._streams[config.name] = StreamContext.build(config, self.config.archive, self.clock)
+        return context
+
+    def writer(self, stream: StreamConfig, partition: int) -> PartitionWriter:
+        return PartitionWriter(
+            self.stream(stream),
+            partition,
+            ledger=self.ledger,
+            staging=self.staging,
+            objects=self.objects,
+            clock=self.clock,
+            crash_points=self.crash_points,
+        )

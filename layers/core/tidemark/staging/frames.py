@@ -1,0 +1,129 @@
+"""The framed record format of staging segments.
+
+Every record carries its offset, its lengths and a CRC-32 over everything after the CRC, so a
+torn or damaged write is detected instead of being read as data::
+
+    magic "TM" | crc32 u32 | kind u8 | offset i64 | timestamp i64 | event_time i64
+    | key_len i32 (-1 = null) | value_len u32 | meta_len u32 | key | value | meta
+
+``meta`` is empty for the common case (no headers, not dead-lettered); otherwise it holds the
+dead-letter reason and the headers, each length-prefixed.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+RAW = 0
+DEAD_LETTER = 1
+NO_EVENT_TIME = -1
+
+MAGIC = b"TM"
+_PREFIX = struct.Struct("<2sI")
+_BODY = struct.Struct("<Bqqqiii")
+_U16 = struct.Struct("<H")
+_HEADER_ITEM = struct.Struct("<HI")
+HEADER_SIZE = _PREFIX.size + _BODY.size
+
+
+class TornFrameError(ValueError):
+    """The bytes at ``position`` are not a complete, intact frame."""
+
+    def __init__(self, position: int, detail: str) -> None:
+        super().__init__(f"torn or corrupt frame at byte {position}: {detail}")
+        self.position = position
+
+
+@dataclass(slots=True, frozen=True)
+class Frame:
+    kind: int
+    offset: int
+    timestamp_ms: int
+    event_time_ms: int
+    key: bytes | None
+    value: bytes
+    headers: tuple[tuple[str, bytes], ...] = ()
+    reason: str = ""
+
+
+def _encode_meta(reason: str, headers: Sequence[tuple[str, bytes]]) -> bytes:
+    reason_bytes = reason.encode("utf-8")
+    parts = [_U16.pack(len(reason_bytes)), reason_bytes, _U16.pack(len(headers))]
+    for name, data in headers:
+        name_bytes = name.encode("utf-8")
+        parts += [_HEADER_ITEM.pack(len(name_bytes), len(data)), name_bytes, data]
+    return b"".join(parts)
+
+
+def _decode_meta(meta: bytes) -> tuple[str, tuple[tuple[str, bytes], ...]]:
+    (reason_len,) = _U16.unpack_from(meta, 0)
+    pos = 2 + reason_len
+    reason = meta[2:pos].decode("utf-8")
+    (count,) = _U16.unpack_from(meta, pos)
+    pos += 2
+    headers = []
+    for _ in range(count):
+        name_len, data_len = _HEADER_ITEM.unpack_from(meta, pos)
+        pos += _HEADER_ITEM.size
+        name = meta[pos : pos + name_len].decode("utf-8")
+        pos += name_len
+        headers.append((name, meta[pos : pos + data_len]))
+        pos += data_len
+    if pos != len(meta):
+        raise ValueError("trailing bytes in frame metadata")
+    return reason, tuple(headers)
+
+
+def encode_frame(
+    kind: int,
+    offset: int,
+    timestamp_ms: int,
+    event_time_ms: int,
+    key: bytes | None,
+    value: bytes,
+    headers: Sequence[tuple[str, bytes]] = (),
+    reason: str = "",
+) -> bytes:
+    meta = _encode_meta(reason, headers) if headers or reason else b""
+    body = (
+        _BODY.pack(kind, offset, timestamp_ms, event_time_ms, -1 if key is None else len(key), len(value), len(meta))
+        + (key or b"")
+        + value
+        + meta
+    )
+    return _PREFIX.pack(MAGIC, zlib.crc32(body)) + body
+
+
+def decode_frames(data: bytes) -> list[Frame]:
+    """Decode a whole segment; raise :class:`TornFrameError` at the first bad frame."""
+    frames: list[Frame] = []
+    view = memoryview(data)
+    pos, end = 0, len(data)
+    while pos < end:
+        if end - pos < HEADER_SIZE:
+            raise TornFrameError(pos, f"{end - pos} bytes left, a frame header needs {HEADER_SIZE}")
+        magic, crc = _PREFIX.unpack_from(data, pos)
+        if magic != MAGIC:
+            raise TornFrameError(pos, "bad magic")
+        kind, offset, timestamp, event_time, key_len, value_len, meta_len = _BODY.unpack_from(data, pos + _PREFIX.size)
+        if kind not in (RAW, DEAD_LETTER) or value_len < 0 or meta_len < 0 or key_len < -1:
+            raise TornFrameError(pos, "bad header fields")
+        body_end = pos + HEADER_SIZE + max(key_len, 0) + value_len + meta_len
+        if body_end > end:
+            raise TornFrameError(pos, "frame runs past the end of the segment")
+        if zlib.crc32(view[pos + _PREFIX.size : body_end]) != crc:
+            raise TornFrameError(pos, "checksum mismatch")
+        cursor = pos + HEADER_SIZE
+        key = None
+        if key_len >= 0:
+            key = data[cursor : cursor + key_len]
+            cursor += key_len
+        value = data[cursor : cursor + value_len]
+        cursor += value_len
+        reason, headers = ("", ()) if meta_len == 0 else _decode_meta(data[cursor:body_end])
+        frames.append(Frame(kind, offset, timestamp, event_time, key, value, headers, reason))
+        pos = body_end
+    return frames

@@ -1,0 +1,174 @@
+"""Segment files on the staging mount (EFS in AWS, a directory on a laptop).
+
+Layout: ``<root>/<stream>/p<partition>/<kind>_<hour>_<first>-<last>_<created ms>_<nonce>.seg``.
+A segment is written once (``O_EXCL``), fsync'd together with its directory, and never changed.
+It becomes part of a buffer only when the ledger accepts it; until then it is garbage that
+recovery removes once it is older than the grace period (a younger one may belong to an
+invocation that is still running).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from tidemark.buffers import BufferKey
+from tidemark.exceptions import CorruptSegmentError, UnsafePathError
+from tidemark.faults import AFTER_SEGMENT_WRITE, BEFORE_SEGMENT_WRITE, DURING_SEGMENT_WRITE, CrashPoints, NoCrashes
+from tidemark.staging.frames import Frame, TornFrameError, decode_frames
+
+_STREAM = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+_SEGMENT = re.compile(
+    r"^(?P<kind>raw|errors)_(?P<hour>\d{4}-\d{2}-\d{2}T\d{2})_(?P<first>\d{20})-(?P<last>\d{20})"
+    r"_(?P<created>\d{13,})_(?P<nonce>[0-9a-f]{12})\.seg$"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentRef:
+    """What the ledger records about an accepted segment."""
+
+    name: str
+    records: int
+    size: int
+    first: int
+    last: int
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentFile:
+    """A segment found on disk (accepted or not)."""
+
+    name: str
+    buffer: BufferKey
+    first: int
+    last: int
+    created_ms: int
+
+
+def parse_segment_name(name: str) -> SegmentFile | None:
+    match = _SEGMENT.match(name)
+    if not match:
+        return None
+    return SegmentFile(
+        name=name,
+        buffer=BufferKey(match["kind"], match["hour"]),
+        first=int(match["first"]),
+        last=int(match["last"]),
+        created_ms=int(match["created"]),
+    )
+
+
+class SegmentStore:
+    def __init__(self, root: str | os.PathLike[str], crash_points: CrashPoints | None = None) -> None:
+        self.root = Path(root).resolve()
+        self._crash = crash_points or NoCrashes()
+
+    def partition_dir(self, stream: str, partition: int) -> Path:
+        if not _STREAM.match(stream) or not isinstance(partition, int) or partition < 0:
+            raise UnsafePathError(f"refusing staging path for stream={stream!r} partition={partition!r}")
+        path = self.root / stream / f"p{partition}"
+        if path.resolve().parent.parent != self.root:
+            raise UnsafePathError(f"{path} escapes the staging root {self.root}")
+        return path
+
+    def write(
+        self,
+        stream: str,
+        partition: int,
+        buffer: BufferKey,
+        frames: list[bytes],
+        first: int,
+        last: int,
+        created_ms: int,
+    ) -> SegmentRef:
+        """Write, fsync and name one immutable segment; return its reference for the ledger."""
+        directory = self.partition_dir(stream, partition)
+        if not directory.is_dir():
+            directory.mkdir(parents=True, exist_ok=True)
+            _fsync_dir(directory.parent)
+        name = f"{buffer.kind}_{buffer.hour}_{first:020d}-{last:020d}_{created_ms:013d}_{secrets.token_hex(6)}.seg"
+        data = b"".join(frames)
+        self._crash.hit(BEFORE_SEGMENT_WRITE)
+        fd = os.open(directory / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
+        try:
+            half = len(data) // 2
+            _write_all(fd, data[:half])
+            self._crash.hit(DURING_SEGMENT_WRITE)
+            _write_all(fd, data[half:])
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        _fsync_dir(directory)
+        self._crash.hit(AFTER_SEGMENT_WRITE)
+        return SegmentRef(name=name, records=len(frames), size=len(data), first=first, last=last)
+
+    def read(self, stream: str, partition: int, ref: SegmentRef) -> list[Frame]:
+        """Read an accepted segment and prove it holds exactly what the ledger says."""
+        path = self.partition_dir(stream, partition) / ref.name
+        data = path.read_bytes()
+        try:
+            frames = decode_frames(data)
+        except TornFrameError as exc:
+            raise CorruptSegmentError(f"{path}: {exc}") from None
+        if len(data) != ref.size or len(frames) != ref.records:
+            raise CorruptSegmentError(
+                f"{path}: holds {len(frames)} records / {len(data)} bytes, ledger says {ref.records} / {ref.size}"
+            )
+        if frames and (frames[0].offset != ref.first or frames[-1].offset != ref.last):
+            raise CorruptSegmentError(
+                f"{path}: offsets {frames[0].offset}..{frames[-1].offset} != {ref.first}..{ref.last}"
+            )
+        return frames
+
+    def segments(self, stream: str, partition: int) -> list[SegmentFile]:
+        directory = self.partition_dir(stream, partition)
+        try:
+            names = os.listdir(directory)
+        except FileNotFoundError:
+            return []
+        found = (parse_segment_name(name) for name in names)
+        return sorted((segment for segment in found if segment is not None), key=lambda s: (s.first, s.name))
+
+    def delete(self, stream: str, partition: int, name: str) -> bool:
+        if parse_segment_name(name) is None:
+            raise UnsafePathError(f"refusing to delete {name!r}: not a segment name")
+        try:
+            os.unlink(self.partition_dir(stream, partition) / name)
+        except FileNotFoundError:
+            return False
+        return True
+
+    def remove_partition_dir_if_empty(self, stream: str, partition: int) -> bool:
+        try:
+            self.partition_dir(stream, partition).rmdir()
+        except OSError:
+            return False
+        return True
+
+    def partitions(self) -> list[tuple[str, int]]:
+        """Every (stream, partition) with a staging directory (for the sweeper)."""
+        found = []
+        for stream_dir in sorted(self.root.glob("*/p*")):
+            stream, part = stream_dir.parent.name, stream_dir.name[1:]
+            if _STREAM.match(stream) and part.isdigit():
+                found.append((stream, int(part)))
+        return found
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,159 @@
+"""Read an archive back from S3 and compare it, record by record, with what was produced.
+
+Used by the fault-injection suite and by the embedded demo's verification report: it reads the
+objects themselves, never the writer's own counters.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from tidemark.eventtime import hour_path
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+
+@dataclass(frozen=True, slots=True)
+class ArchivedRecord:
+    partition: int
+    offset: int
+    key: str  # S3 object key it was found in
+    folder: str  # yyyy/mm/dd/hh of that key
+    value: bytes
+    dead_letter: bool
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class ExpectedRecord:
+    partition: int
+    offset: int
+    value: bytes
+    hour: str | None  # expected event-hour label, None when it must be dead-lettered
+
+
+@dataclass
+class VerificationReport:
+    produced: int = 0
+    archived: int = 0
+    dead_lettered: int = 0
+    lost: list[tuple[int, int]] = field(default_factory=list)
+    duplicated: list[tuple[int, int]] = field(default_factory=list)
+    unexpected: list[tuple[int, int]] = field(default_factory=list)
+    misfiled: list[tuple[int, int, str]] = field(default_factory=list)
+    corrupted: list[tuple[int, int]] = field(default_factory=list)
+    objects: int = 0
+    objects_per_hour: Counter[str] = field(default_factory=Counter)
+    dead_letter_reasons: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def ok(self) -> bool:
+        return not (self.lost or self.duplicated or self.unexpected or self.misfiled or self.corrupted)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "produced": self.produced,
+            "archived": self.archived,
+            "dead_lettered": self.dead_lettered,
+            "lost": len(self.lost),
+            "duplicated": len(self.duplicated),
+            "unexpected": len(self.unexpected),
+            "misfiled": len(self.misfiled),
+            "corrupted": len(self.corrupted),
+            "objects": self.objects,
+            "ok": self.ok,
+        }
+
+
+def _list_keys(s3: S3Client, bucket: str, prefix: str) -> list[str]:
+    keys: list[str] = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        keys.extend(item["Key"] for item in page.get("Contents", []))
+    return keys
+
+
+def read_archive(
+    s3: S3Client, bucket: str, stream: str, raw_prefix: str = "raw", errors_prefix: str = "errors"
+) -> tuple[list[ArchivedRecord], int, Counter[str]]:
+    """Every record in every object of the stream, with the object it came from."""
+    found: list[ArchivedRecord] = []
+    per_hour: Counter[str] = Counter()
+    keys = 0
+    for prefix, dead in ((raw_prefix, False), (errors_prefix, True)):
+        for key in _list_keys(s3, bucket, f"{prefix}/{stream}/"):
+            keys += 1
+            folder = "/".join(key.split("/")[2:6])
+            if not dead:
+                per_hour[folder] += 1
+            body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+            if key.endswith(".gz"):
+                body = gzip.decompress(body)
+            for line in body.splitlines():
+                envelope = orjson.loads(line)
+                if dead:
+                    value = base64.b64decode(envelope["value_base64"])
+                    error = envelope["error"]
+                else:
+                    raw = envelope["value"]
+                    value = raw.encode() if isinstance(raw, str) else orjson.dumps(raw)
+                    error = ""
+                found.append(ArchivedRecord(envelope["partition"], envelope["offset"], key, folder, value, dead, error))
+    return found, keys, per_hour
+
+
+def verify_archive(
+    s3: S3Client,
+    bucket: str,
+    stream: str,
+    expected: Iterable[ExpectedRecord],
+    *,
+    raw_prefix: str = "raw",
+    errors_prefix: str = "errors",
+    compare_json: bool = True,
+) -> VerificationReport:
+    """Compare the S3 archive of ``stream`` with the produced records.
+
+    Every produced record must appear exactly once: in the folder of its expected event hour,
+    or in the dead-letter prefix when ``hour`` is ``None``; its value must survive unchanged
+    (compared as parsed JSON when ``compare_json``, since the envelope re-serialises it).
+    """
+    archived, objects, per_hour = read_archive(s3, bucket, stream, raw_prefix, errors_prefix)
+    report = VerificationReport(objects=objects, objects_per_hour=per_hour)
+    wanted = {(item.partition, item.offset): item for item in expected}
+    report.produced = len(wanted)
+    seen: Counter[tuple[int, int]] = Counter()
+    for record in archived:
+        ident = (record.partition, record.offset)
+        seen[ident] += 1
+        if record.dead_letter:
+            report.dead_lettered += 1
+            report.dead_letter_reasons[record.error.split(":", 1)[0]] += 1
+        else:
+            report.archived += 1
+        want = wanted.get(ident)
+        if want is None:
+            report.unexpected.append(ident)
+            continue
+        if seen[ident] == 2:
+            report.duplicated.append(ident)
+        if want.hour is None:
+            if not record.dead_letter:
+                report.misfiled.append((*ident, record.key))
+            elif record.value != want.value:
+                report.corrupted.append(ident)
+            continue
+        if record.dead_letter or record.folder != hour_path(want.hour):
+            report.misfiled.append((*ident, record.key))
+        same = orjson.loads(record.value) == orjson.loads(want.value) if compare_json else record.value == want.value
+        if not same:
+            report.corrupted.append(ident)
+    report.lost = sorted(ident for ident in wanted if ident not in seen)
+    return report

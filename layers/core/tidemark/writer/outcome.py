@@ -1,0 +1,57 @@
+"""What one writer run did, for metrics and logs (the core emits nothing itself)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class FlushOutcome:
+    stream: str
+    partition: int
+    key: str
+    kind: str
+    hour: str
+    reason: str
+    records: int
+    size: int
+    latency_ms: int  # from seal to commit; includes any crash downtime of resumed flushes
+    resumed: bool  # sealed by an earlier, interrupted run
+
+
+@dataclass(slots=True)
+class BatchOutcome:
+    records_in: int = 0
+    duplicates: int = 0
+    staged: int = 0
+    bytes_staged: int = 0
+    segments_written: int = 0
+    conflicts: int = 0
+    dead_lettered: Counter[str] = field(default_factory=Counter)
+    flushes: list[FlushOutcome] = field(default_factory=list)
+    flush_errors: int = 0
+    garbage_segments_deleted: int = 0
+
+    def merge(self, other: BatchOutcome) -> BatchOutcome:
+        self.records_in += other.records_in
+        self.duplicates += other.duplicates
+        self.staged += other.staged
+        self.bytes_staged += other.bytes_staged
+        self.segments_written += other.segments_written
+        self.conflicts += other.conflicts
+        self.dead_lettered.update(other.dead_lettered)
+        self.flushes.extend(other.flushes)
+        self.flush_errors += other.flush_errors
+        self.garbage_segments_deleted += other.garbage_segments_deleted
+        return self
+
+    def summary(self) -> dict[str, object]:
+        return {
+            "records_in": self.records_in,
+            "duplicates": self.duplicates,
+            "staged": self.staged,
+            "dead_lettered": sum(self.dead_lettered.values()),
+            "objects_committed": len(self.flushes),
+            "flush_errors": self.flush_errors,
+        }

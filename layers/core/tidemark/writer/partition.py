@@ -1,0 +1,292 @@
+"""The per-(stream, partition) writer: one explicit state machine for the exactly-once protocol.
+
+One run (``write`` for a batch, ``maintain`` with no records) always goes through the same
+steps, each a method below; DESIGN.md has the protocol as pseudo-code with its crash points::
+
+    recover   finish every SEALED flush left behind, delete garbage segments
+    stage     dedupe -> route -> write segments -> ledger accept (fenced by version)
+    rotate    seal the OPEN buffers a rotation rule fires for
+    flush     for each SEALED flush: render+upload -> ledger commit -> delete its segments
+
+The sweeper runs ``maintain`` (recover + rotate + flush) through exactly the same code.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from typing import BinaryIO
+
+from tidemark.buffers import BufferKey
+from tidemark.clock import Clock
+from tidemark.exceptions import CorruptSegmentError, DoubleCommitError, LedgerConflictError, StagingConflictError
+from tidemark.faults import (
+    AFTER_ACCEPT,
+    AFTER_COMMIT,
+    AFTER_SEAL,
+    AFTER_UPLOAD,
+    BEFORE_UPLOAD,
+    DURING_CLEANUP,
+    CrashPoints,
+    NoCrashes,
+)
+from tidemark.ledger.base import Ledger
+from tidemark.ledger.model import CommittedObject, PartitionState, SealedFlush
+from tidemark.objects.writer import ObjectStore
+from tidemark.records.model import Record
+from tidemark.staging.frames import Frame
+from tidemark.staging.store import SegmentRef, SegmentStore
+from tidemark.writer.outcome import BatchOutcome, FlushOutcome
+from tidemark.writer.stream import StreamContext
+
+logger = logging.getLogger(__name__)
+
+
+class PartitionWriter:
+    def __init__(
+        self,
+        stream: StreamContext,
+        partition: int,
+        *,
+        ledger: Ledger,
+        staging: SegmentStore,
+        objects: ObjectStore,
+        clock: Clock,
+        crash_points: CrashPoints | None = None,
+    ) -> None:
+        self.stream = stream
+        self.partition = partition
+        self._ledger = ledger
+        self._staging = staging
+        self._objects = objects
+        self._clock = clock
+        self._crash = crash_points or NoCrashes()
+        self._log = {"stream": stream.name, "partition": partition}
+
+    # -- the run ------------------------------------------------------------------------------
+
+    def write(self, records: Sequence[Record]) -> BatchOutcome:
+        """Archive one delivered batch of this partition. Returns only when every record is in a
+        ledger-accepted segment (raw or dead-letter), so the caller may let offsets commit."""
+        outcome = BatchOutcome(records_in=len(records))
+        state = self.recover(outcome)
+        state = self.stage(records, state, outcome)
+        state = self.rotate(state, outcome)
+        self.flush(state, outcome)
+        return outcome
+
+    def maintain(self) -> BatchOutcome:
+        """Recover, then seal and flush whatever is due (idle buffers past max age)."""
+        return self.write(())
+
+    # -- recover ------------------------------------------------------------------------------
+
+    def recover(self, outcome: BatchOutcome) -> PartitionState:
+        state = self._ledger.load(self.stream.name, self.partition)
+        if state.sealed:
+            logger.info("resuming sealed flushes", extra={**self._log, "flushes": sorted(state.sealed)})
+            state = self.flush(state, outcome, resumed=True)
+        self.collect_garbage(state, outcome)
+        return state
+
+    def collect_garbage(self, state: PartitionState, outcome: BatchOutcome) -> None:
+        """Delete segments the ledger does not reference and never will.
+
+        An unreferenced segment whose first offset is at or below the (consistently read)
+        staged offset can never be accepted any more (acceptance needs ``first > staged``
+        and the staged offset only grows): it is a loser's, a crashed writer's or an already
+        committed one. Any other unreferenced segment may belong to a writer still running,
+        so it is only removed once older than the grace period.
+        """
+        referenced = state.referenced_segments()
+        now, grace = self._clock.now_ms(), self.stream.archive.segment_grace_ms
+        for segment in self._staging.segments(self.stream.name, self.partition):
+            if segment.name in referenced:
+                continue
+            never_acceptable = segment.first <= state.staged_offset
+            if (never_acceptable or now - segment.created_ms > grace) and self._staging.delete(
+                self.stream.name, self.partition, segment.name
+            ):
+                outcome.garbage_segments_deleted += 1
+
+    # -- stage --------------------------------------------------------------------------------
+
+    def stage(self, records: Sequence[Record], state: PartitionState, outcome: BatchOutcome) -> PartitionState:
+        """Invariants 1-3 and 6: dedupe, write fenced immutable segments, ledger accept."""
+        if not records:
+            return state
+        unique: dict[int, Record] = {}
+        for record in records:
+            unique.setdefault(record.offset, record)
+        ordered = sorted(unique.values(), key=lambda record: record.offset)
+        router = self.stream.router
+        routed = [(record.offset, router.route(record)) for record in ordered if record.offset > state.staged_offset]
+        attempts = self.stream.archive.max_accept_attempts
+        for _attempt in range(attempts):
+            fresh = [(offset, item) for offset, item in routed if offset > state.staged_offset]
+            if not fresh:
+                break
+            groups: dict[BufferKey, list[tuple[int, bytes]]] = {}
+            for offset, item in fresh:
+                groups.setdefault(item.buffer, []).append((offset, item.frame))
+            now = self._clock.now_ms()
+            written: list[tuple[BufferKey, SegmentRef]] = []
+            for key, frames in groups.items():
+                ref = self._staging.write(
+                    self.stream.name, self.partition, key, [f for _, f in frames], frames[0][0], frames[-1][0], now
+                )
+                written.append((key, ref))
+            accepted = state.accept(written, fresh[-1][0], now)
+            try:
+                state = self._ledger.save(accepted, state)
+            except LedgerConflictError as conflict:
+                outcome.conflicts += 1
+                logger.warning(
+                    "accept lost to a concurrent writer; retrying", extra={**self._log, "detail": str(conflict)}
+                )
+                for _key, ref in written:  # a loser's segment is garbage: never read, deleted now
+                    self._staging.delete(self.stream.name, self.partition, ref.name)
+                current = conflict.current
+                state = (
+                    current
+                    if isinstance(current, PartitionState)
+                    else self._ledger.load(self.stream.name, self.partition)
+                )
+                continue
+            self._crash.hit(AFTER_ACCEPT)
+            outcome.staged += len(fresh)
+            outcome.bytes_staged += sum(ref.size for _key, ref in written)
+            outcome.segments_written += len(written)
+            for _offset, item in fresh:
+                if item.reason:
+                    outcome.dead_lettered[item.reason] += 1
+            break
+        else:
+            raise StagingConflictError(
+                f"{self.stream.name}/{self.partition}: batch not accepted after {attempts} conflicting attempts"
+            )
+        outcome.duplicates = outcome.records_in - outcome.staged
+        return state
+
+    # -- rotate -------------------------------------------------------------------------------
+
+    def rotate(self, state: PartitionState, outcome: BatchOutcome) -> PartitionState:
+        """Seal every OPEN buffer a rotation rule fires for (invariant 4: seal before upload)."""
+        for _attempt in range(self.stream.archive.max_accept_attempts):
+            now = self._clock.now_ms()
+            due = self.stream.policy.due(state.buffers, now)
+            if not due:
+                return state
+            sealed = state.seal(due, lambda buffer: self.stream.object_key(self.partition, buffer), now)
+            try:
+                state = self._ledger.save(sealed, state)
+            except LedgerConflictError:
+                outcome.conflicts += 1
+                state = self._ledger.load(self.stream.name, self.partition)
+                continue
+            self._crash.hit(AFTER_SEAL)
+            logger.info("sealed buffers", extra={**self._log, "sealed": due})
+            return state
+        logger.warning("could not seal after repeated conflicts; next run retries", extra=self._log)
+        return state
+
+    # -- flush --------------------------------------------------------------------------------
+
+    def flush(self, state: PartitionState, outcome: BatchOutcome, *, resumed: bool = False) -> PartitionState:
+        """Upload and commit every SEALED flush in ``state``; failures leave it sealed for later."""
+        for flush_id in sorted(state.sealed):
+            flush = state.sealed.get(flush_id)
+            if flush is None:
+                continue
+            try:
+                state = self._flush_one(flush, state, outcome, resumed)
+            except (CorruptSegmentError, DoubleCommitError):
+                raise
+            except Exception as exc:
+                state = self._ledger.load(self.stream.name, self.partition)
+                if flush_id not in state.sealed:
+                    logger.info("flush finished by a concurrent writer", extra={**self._log, "flush": flush_id})
+                    continue
+                outcome.flush_errors += 1
+                logger.exception(
+                    "flush failed; it stays sealed and is resumed later",
+                    extra={**self._log, "flush": flush_id, "error": str(exc)},
+                )
+        return state
+
+    def _frames(self, segments: Sequence[SegmentRef]) -> Iterator[Frame]:
+        for segment in segments:  # one segment in memory at a time
+            yield from self._staging.read(self.stream.name, self.partition, segment)
+
+    def _flush_one(
+        self, flush: SealedFlush, state: PartitionState, outcome: BatchOutcome, resumed: bool
+    ) -> PartitionState:
+        buffer = flush.buffer
+        fmt = self.stream.format
+        context = self.stream.render_context(self.partition)
+
+        def render(out: BinaryIO) -> int:
+            return fmt.write(self._frames(buffer.segments), context, out)
+
+        uploaded = self._objects.put(
+            flush.object_key,
+            render,
+            first=buffer.first,
+            last=buffer.last,
+            content_type=fmt.content_type,
+            before_upload=lambda: self._crash.hit(BEFORE_UPLOAD),
+        )
+        if uploaded.records != buffer.records:
+            raise CorruptSegmentError(
+                f"{flush.object_key}: rendered {uploaded.records} records, the seal says {buffer.records}"
+            )
+        self._crash.hit(AFTER_UPLOAD)
+        now = self._clock.now_ms()
+        committed = CommittedObject(
+            stream=self.stream.name,
+            partition=self.partition,
+            kind=buffer.key.kind,
+            hour=buffer.key.hour,
+            key=flush.object_key,
+            first=buffer.first,
+            last=buffer.last,
+            records=uploaded.records,
+            size=uploaded.size,
+            sha256=uploaded.sha256,
+            committed_ms=now,
+        )
+        for _attempt in range(self.stream.archive.max_accept_attempts):
+            try:
+                state = self._ledger.commit(state.commit(flush.flush_id, now), state, committed)
+                break
+            except LedgerConflictError:
+                outcome.conflicts += 1
+                state = self._ledger.load(self.stream.name, self.partition)
+                if flush.flush_id not in state.sealed:
+                    return state  # a concurrent writer committed the identical object
+        else:
+            raise LedgerConflictError(f"{flush.object_key}: commit kept losing to concurrent writers")
+        self._crash.hit(AFTER_COMMIT)
+        outcome.flushes.append(
+            FlushOutcome(
+                stream=self.stream.name,
+                partition=self.partition,
+                key=flush.object_key,
+                kind=buffer.key.kind,
+                hour=buffer.key.hour,
+                reason=flush.reason,
+                records=uploaded.records,
+                size=uploaded.size,
+                latency_ms=max(now - flush.sealed_ms, 0),
+                resumed=resumed,
+            )
+        )
+        logger.info(
+            "committed object",
+            extra={**self._log, "key": flush.object_key, "records": uploaded.records, "reason": flush.reason},
+        )
+        for index, segment in enumerate(buffer.segments):
+            self._staging.delete(self.stream.name, self.partition, segment.name)
+            if index == 0:
+                self._crash.hit(DURING_CLEANUP)
+        return state

@@ -1,0 +1,91 @@
+"""Shared fixtures: fake AWS credentials, one moto server per session, a fresh archive per test."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from tests.support.moto_server import moto_server
+from tidemark.clock import ManualClock
+from tidemark.config import TidemarkConfig, load_config
+from tidemark.faults import CrashPoints
+from tidemark.ledger.dynamodb import ledger_table_schema
+from tidemark.runtime import Runtime
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE_CONFIG = REPO / "config" / "tidemark.yaml"
+
+os.environ.update(
+    {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_SESSION_TOKEN": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "POWERTOOLS_TRACE_DISABLED": "1",
+        "POWERTOOLS_METRICS_NAMESPACE": "Tidemark",
+    }
+)
+
+
+@pytest.fixture(scope="session")
+def example_config() -> TidemarkConfig:
+    return load_config(EXAMPLE_CONFIG)
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint() -> Iterator[str]:
+    with moto_server() as endpoint:
+        yield endpoint
+
+
+@dataclass
+class Archive:
+    """One test's AWS resources and staging directory, and a way to build runtimes over them."""
+
+    endpoint: str
+    bucket: str
+    table: str
+    staging_root: Path
+    clock: ManualClock
+    s3: Any
+    dynamodb: Any
+
+    def runtime(self, config: TidemarkConfig, crash_points: CrashPoints | None = None) -> Runtime:
+        return Runtime.build(
+            config,
+            bucket=self.bucket,
+            table=self.table,
+            staging_root=str(self.staging_root),
+            clock=self.clock,
+            crash_points=crash_points,
+            s3_client=self.s3,
+            dynamodb_client=self.dynamodb,
+        )
+
+    def env(self) -> dict[str, str]:
+        return {
+            "TIDEMARK_BUCKET": self.bucket,
+            "TIDEMARK_LEDGER_TABLE": self.table,
+            "TIDEMARK_STAGING_ROOT": str(self.staging_root),
+            "AWS_ENDPOINT_URL": self.endpoint,
+        }
+
+
+@pytest.fixture
+def archive(moto_endpoint: str, tmp_path: Path) -> Archive:
+    s3 = boto3.client("s3", endpoint_url=moto_endpoint)
+    dynamodb = boto3.client("dynamodb", endpoint_url=moto_endpoint)
+    suffix = uuid.uuid4().hex[:10]
+    bucket, table = f"tidemark-archive-{suffix}", f"tidemark-ledger-{suffix}"
+    s3.create_bucket(Bucket=bucket)
+    dynamodb.create_table(**ledger_table_schema(table))
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    return Archive(moto_endpoint, bucket, table, staging, ManualClock(), s3, dynamodb)

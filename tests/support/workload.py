@@ -1,0 +1,96 @@
+"""Deterministic order workloads: event times over several hours, late and malformed records.
+
+Expected hours are computed here with plain ``datetime`` arithmetic, independently of the
+code under test.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import orjson
+
+from tidemark.records.model import Record
+from tidemark.verify import ExpectedRecord
+
+BASE_MS = 1_763_712_000_000  # 2026-11-21T08:00:00Z
+HOUR_MS = 3_600_000
+
+
+@dataclass
+class Workload:
+    records: dict[int, list[Record]]  # by partition, offsets ascending
+    expected: list[ExpectedRecord]
+
+    def all_records(self) -> list[Record]:
+        return [record for partition in sorted(self.records) for record in self.records[partition]]
+
+
+def utc_hour(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H")
+
+
+def make_orders(
+    *,
+    partitions: int = 2,
+    per_partition: int = 200,
+    hours: int = 3,
+    late_share: float = 0.05,
+    bad_share: float = 0.02,
+    seed: int = 7,
+    topic: str = "orders",
+    start_offset: int = 0,
+) -> Workload:
+    rng = random.Random(seed)
+    records: dict[int, list[Record]] = {}
+    expected: list[ExpectedRecord] = []
+    span = hours * HOUR_MS
+    for partition in range(partitions):
+        batch: list[Record] = []
+        for index in range(per_partition):
+            offset = start_offset + index
+            produced_ms = BASE_MS + (span * index) // per_partition
+            event_ms = produced_ms - rng.randint(0, 120_000)
+            if rng.random() < late_share:
+                event_ms -= rng.randint(2, 6) * HOUR_MS  # hours late
+            roll = rng.random()
+            hour: str | None = utc_hour(event_ms)
+            if roll < bad_share / 2:
+                value = b"{not json " + str(offset).encode()
+                hour = None
+            elif roll < bad_share:
+                value = orjson.dumps({"order_id": f"o-{partition}-{offset}", "price": 1.0, "quantity": 1})
+                hour = None  # no created_at: no event time
+            else:
+                created: object = (
+                    event_ms if rng.random() < 0.5 else datetime.fromtimestamp(event_ms / 1000, UTC).isoformat()
+                )
+                value = orjson.dumps(
+                    {
+                        "order_id": f"o-{partition}-{offset}",
+                        "customer_id": f"c-{rng.randint(1, 50)}",
+                        "product_id": f"p-{rng.randint(1, 8)}",
+                        "price": round(rng.uniform(1, 200), 2),
+                        "quantity": rng.randint(1, 5),
+                        "created_at": created,
+                    }
+                )
+            record = Record(
+                topic=topic,
+                partition=partition,
+                offset=offset,
+                timestamp_ms=produced_ms,
+                value=value,
+                key=f"o-{partition}-{offset}".encode(),
+                headers=(("source", b"web"),) if index % 3 == 0 else (),
+            )
+            batch.append(record)
+            expected.append(ExpectedRecord(partition, offset, value, hour))
+        records[partition] = batch
+    return Workload(records, expected)
+
+
+def batches(records: list[Record], size: int) -> list[list[Record]]:
+    return [records[i : i + size] for i in range(0, len(records), size)]
