@@ -12,9 +12,9 @@ from typing import Any
 import boto3
 import pytest
 
-from tests.support.moto_server import moto_server
 from tidemark.clock import ManualClock
 from tidemark.config import TidemarkConfig, load_config
+from tidemark.embedded.moto_server import moto_server
 from tidemark.faults import CrashPoints
 from tidemark.ledger.dynamodb import ledger_table_schema
 from tidemark.runtime import Runtime
@@ -78,14 +78,19 @@ class Archive:
         }
 
 
-@pytest.fixture
-def archive(moto_endpoint: str, tmp_path: Path) -> Archive:
-    s3 = boto3.client("s3", endpoint_url=moto_endpoint)
-    dynamodb = boto3.client("dynamodb", endpoint_url=moto_endpoint)
+def make_archive(endpoint: str, root: Path) -> Archive:
+    """A fresh bucket, ledger table (same schema as the stack's) and staging directory."""
+    s3 = boto3.client("s3", endpoint_url=endpoint)
+    dynamodb = boto3.client("dynamodb", endpoint_url=endpoint)
     suffix = uuid.uuid4().hex[:10]
     bucket, table = f"tidemark-archive-{suffix}", f"tidemark-ledger-{suffix}"
     s3.create_bucket(Bucket=bucket)
     dynamodb.create_table(**ledger_table_schema(table))
-    staging = tmp_path / "staging"
-    staging.mkdir()
-    return Archive(moto_endpoint, bucket, table, staging, ManualClock(), s3, dynamodb)
+    staging = root / f"staging-{suffix}"
+    staging.mkdir(parents=True)
+    return Archive(endpoint, bucket, table, staging, ManualClock(), s3, dynamodb)
+
+
+@pytest.fixture
+def archive(moto_endpoint: str, tmp_path: Path) -> Archive:
+    return make_archive(moto_endpoint, tmp_path)

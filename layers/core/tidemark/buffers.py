@@ -23,7 +23,7 @@ class BufferKey:
     hour: str
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS or not HOUR_LABEL.match(self.hour):
+        if self.kind not in KINDS or not HOUR_LABEL.fullmatch(self.hour):
             raise UnsafePathError(f"invalid buffer key {self.kind!r}/{self.hour!r}")
 
     def __str__(self) -> str:

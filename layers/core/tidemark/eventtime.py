@@ -25,7 +25,7 @@ _SECONDS_LIMIT = 100_000_000_000
 _MIN_MS = 0  # 1970-01-01
 _MAX_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
 _HOUR_MS = 3_600_000
-_QUARTER_MS = 900_000
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class EventTimeError(ValueError):
@@ -59,7 +59,8 @@ def _from_iso(text: str, zone: ZoneInfo) -> int:
         raise EventTimeError(INVALID_EVENT_TIME, f"{text[:64]!r} is not ISO-8601") from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=zone)
-    return _check_range(int(moment.timestamp() * 1000))
+    # Exact integer arithmetic: float timestamps lose the last millisecond for some instants.
+    return _check_range((moment - _EPOCH) // timedelta(milliseconds=1))
 
 
 def parse_time_value(value: Any, fmt: str, zone: ZoneInfo) -> int:
@@ -122,25 +123,46 @@ def build_extractor(config: EventTimeConfig, clock: Clock) -> Extractor:
 
 
 class HourBucketer:
-    """Maps epoch milliseconds to the event-hour label ``YYYY-MM-DDTHH`` in one time zone."""
+    """Maps epoch milliseconds to the event-hour label ``YYYY-MM-DDTHH`` in one time zone.
+
+    The zone's UTC offset is looked up once per UTC hour and reused for every record of that
+    hour (it is piecewise constant); only an hour that contains an offset change falls back to
+    a per-record lookup. Offsets are applied to the second, so historic zones with odd offsets
+    (Africa/Monrovia's -00:44:30) and half-hour zones are exact.
+    """
+
+    _VARIES = object()
 
     def __init__(self, timezone: str = "UTC") -> None:
         self._zone = ZoneInfo(timezone)
         self._utc = timezone in ("UTC", "Etc/UTC")
-        self._cache: dict[int, str] = {}
+        self._offsets: dict[int, object] = {}
+        self._labels: dict[int, str] = {}
+
+    def _offset_ms(self, ms: int) -> int:
+        offset = datetime.fromtimestamp(ms / 1000, self._zone).utcoffset()
+        return 0 if offset is None else offset // timedelta(milliseconds=1)
+
+    def _label(self, local_hour: int) -> str:
+        label = self._labels.get(local_hour)
+        if label is None:
+            if len(self._labels) > 100_000:
+                self._labels.clear()
+                self._offsets.clear()
+            label = (_EPOCH + timedelta(hours=local_hour)).strftime("%Y-%m-%dT%H")
+            self._labels[local_hour] = label
+        return label
 
     def label(self, ms: int) -> str:
-        # Zone offsets change only on quarter-hour boundaries, so one lookup per UTC
-        # quarter-hour (per hour for UTC) is exact.
-        bucket = ms // (_HOUR_MS if self._utc else _QUARTER_MS)
-        label = self._cache.get(bucket)
-        if label is None:
-            if len(self._cache) > 100_000:
-                self._cache.clear()
-            moment = datetime.fromtimestamp(ms / 1000, UTC).astimezone(self._zone)
-            label = moment.strftime("%Y-%m-%dT%H")
-            self._cache[bucket] = label
-        return label
+        if self._utc:
+            return self._label(ms // _HOUR_MS)
+        bucket = ms // _HOUR_MS
+        offset = self._offsets.get(bucket)
+        if offset is None:
+            first, last = self._offset_ms(bucket * _HOUR_MS), self._offset_ms(bucket * _HOUR_MS + _HOUR_MS - 1)
+            offset = self._offsets[bucket] = first if first == last else self._VARIES
+        local_ms = ms + (self._offset_ms(ms) if offset is self._VARIES else offset)  # type: ignore[operator]
+        return self._label(local_ms // _HOUR_MS)
 
 
 def hour_path(label: str) -> str:
@@ -150,5 +172,5 @@ def hour_path(label: str) -> str:
 
 def iso_utc(ms: int) -> str:
     """Epoch ms -> ``2026-11-21T07:12:33.123Z``."""
-    moment = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)
+    moment = _EPOCH + timedelta(milliseconds=ms)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"

@@ -15,8 +15,16 @@ _EXTENSION = re.compile(r"^[a-z0-9]+(\.[a-z0-9]+)*$")
 
 def object_key(prefix: str, stream: str, hour: str, partition: int, first: int, last: int, extension: str) -> str:
     """``raw/orders/2026/11/21/07/orders+3+00000000000000000100-00000000000000000199.jsonl.gz``."""
-    if not (_PREFIX.match(prefix) and _STREAM.match(stream) and _HOUR.match(hour) and _EXTENSION.match(extension)):
+    if not (
+        _PREFIX.fullmatch(prefix)
+        and _STREAM.fullmatch(stream)
+        and _HOUR.fullmatch(hour)
+        and _EXTENSION.fullmatch(extension)
+    ):
         raise UnsafePathError(f"refusing object key for {prefix!r}/{stream!r}/{hour!r}/{extension!r}")
-    if not (isinstance(partition, int) and partition >= 0 and 0 <= first <= last):
+    numbers = (partition, first, last)
+    if any(isinstance(n, bool) or not isinstance(n, int) for n in numbers) or not (
+        partition >= 0 and 0 <= first <= last
+    ):
         raise UnsafePathError(f"refusing object key for partition={partition!r} offsets {first!r}..{last!r}")
     return f"{prefix}/{stream}/{hour_path(hour)}/{stream}+{partition}+{first:020d}-{last:020d}.{extension}"

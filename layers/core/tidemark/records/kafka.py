@@ -7,6 +7,7 @@ delivery order.
 
 from __future__ import annotations
 
+import base64
 import binascii
 import re
 from collections.abc import Mapping
@@ -42,7 +43,7 @@ def _convert(raw: KafkaEventRecord, where: str) -> Record:
         topic, partition, offset, timestamp = raw.topic, raw.partition, raw.offset, raw.timestamp
     except KeyError as exc:
         raise MalformedEventError(f"{where}: missing field {exc.args[0]!r}") from None
-    _require(isinstance(topic, str) and bool(_TOPIC.match(topic)), f"{where}: invalid topic name {topic!r}")
+    _require(isinstance(topic, str) and bool(_TOPIC.fullmatch(topic)), f"{where}: invalid topic name {topic!r}")
     for name, number in (("partition", partition), ("offset", offset)):
         _require(
             isinstance(number, int) and not isinstance(number, bool) and number >= 0,
@@ -54,8 +55,10 @@ def _convert(raw: KafkaEventRecord, where: str) -> Record:
         f"{where}: timestamp must be an integer, got {timestamp!r}",
     )
     try:
-        value = raw.decoded_value if raw.get("value") is not None else b""
-        key = raw.decoded_key
+        # Strict decoding: the ESM always sends valid base64, so anything else is not its event.
+        encoded_value, encoded_key = raw.get("value"), raw.key
+        value = b"" if encoded_value is None else base64.b64decode(encoded_value, validate=True)
+        key = None if encoded_key is None else base64.b64decode(encoded_key, validate=True)
     except (binascii.Error, TypeError, ValueError) as exc:
         raise MalformedEventError(f"{where}: key/value is not valid base64 ({exc})") from None
     headers: list[tuple[str, bytes]] = []

@@ -123,7 +123,10 @@ def decode_frames(data: bytes) -> list[Frame]:
             cursor += key_len
         value = data[cursor : cursor + value_len]
         cursor += value_len
-        reason, headers = ("", ()) if meta_len == 0 else _decode_meta(data[cursor:body_end])
+        try:
+            reason, headers = ("", ()) if meta_len == 0 else _decode_meta(data[cursor:body_end])
+        except (struct.error, ValueError) as exc:  # UnicodeDecodeError is a ValueError
+            raise TornFrameError(pos, f"bad metadata ({exc})") from None
         frames.append(Frame(kind, offset, timestamp, event_time, key, value, headers, reason))
         pos = body_end
     return frames

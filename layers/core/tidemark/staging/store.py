@@ -50,7 +50,7 @@ class SegmentFile:
 
 
 def parse_segment_name(name: str) -> SegmentFile | None:
-    match = _SEGMENT.match(name)
+    match = _SEGMENT.fullmatch(name)
     if not match:
         return None
     return SegmentFile(
@@ -68,7 +68,7 @@ class SegmentStore:
         self._crash = crash_points or NoCrashes()
 
     def partition_dir(self, stream: str, partition: int) -> Path:
-        if not _STREAM.match(stream) or not isinstance(partition, int) or partition < 0:
+        if not _STREAM.fullmatch(stream) or not isinstance(partition, int) or partition < 0:
             raise UnsafePathError(f"refusing staging path for stream={stream!r} partition={partition!r}")
         path = self.root / stream / f"p{partition}"
         if path.resolve().parent.parent != self.root:
@@ -154,7 +154,7 @@ class SegmentStore:
         found = []
         for stream_dir in sorted(self.root.glob("*/p*")):
             stream, part = stream_dir.parent.name, stream_dir.name[1:]
-            if _STREAM.match(stream) and part.isdigit():
+            if _STREAM.fullmatch(stream) and part.isdigit():
                 found.append((stream, int(part)))
         return found
 

@@ -1,0 +1,81 @@
+"""Property: whatever the interleaving of deliveries, redeliveries, rewinds, crashes at any
+crash point, overlapping invocations and sweeps, the archive ends up exactly once."""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import make_archive
+from tests.support.events import msk_event
+from tests.support.harness import EsmModel, RunOtherAt, small_config
+from tests.support.workload import make_orders
+from tidemark.archiver import Archiver
+from tidemark.faults import ALL_CRASH_POINTS, CrashAt
+from tidemark.verify import verify_archive
+
+PARTITIONS = 2
+PER_PARTITION = 150
+
+crash = st.one_of(st.none(), st.tuples(st.sampled_from(ALL_CRASH_POINTS), st.integers(1, 3)))
+deliver = st.tuples(st.just("deliver"), st.integers(0, PARTITIONS - 1), st.integers(1, 60), st.integers(0, 40), crash)
+tick = st.tuples(st.just("tick"), st.integers(1, 40))
+sweep = st.tuples(st.just("sweep"), st.integers(0, PARTITIONS - 1), crash)
+overlap = st.tuples(
+    st.just("overlap"),
+    st.integers(0, PARTITIONS - 1),
+    st.integers(1, 60),
+    st.integers(0, 40),
+    st.sampled_from(ALL_CRASH_POINTS),
+)
+steps = st.lists(st.one_of(deliver, deliver, tick, sweep, overlap), min_size=1, max_size=14)
+
+
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(plan=steps, seed=st.integers(0, 10_000), max_records=st.sampled_from([7, 25, 50, 1000]))
+def test_any_interleaving_is_exactly_once(moto_endpoint, tmp_path_factory, plan, seed, max_records):
+    archive = make_archive(moto_endpoint, Path(tmp_path_factory.mktemp("prop")))
+    config = small_config(max_records=max_records)
+    workload = make_orders(partitions=PARTITIONS, per_partition=PER_PARTITION, hours=4, seed=seed)
+    esm = EsmModel(workload, lambda crash_points: archive.runtime(config, crash_points))
+    stream = config.streams[0]
+
+    for step in plan:
+        kind = step[0]
+        if kind == "deliver":
+            _, partition, size, rewind, fault = step
+            esm.deliver(esm.batch(partition, size, rewind), CrashAt(*fault) if fault else None)
+        elif kind == "tick":
+            archive.clock.advance(minutes=step[1])
+        elif kind == "sweep":
+            _, partition, fault = step
+            try:
+                archive.runtime(config, CrashAt(*fault) if fault else None).writer(stream, partition).maintain()
+            except BaseException as exc:  # noqa: BLE001 - only simulated crashes may escape
+                assert type(exc).__name__ == "SimulatedCrash"
+        else:
+            _, partition, size, rewind, point = step
+            other = partial(Archiver(archive.runtime(config)).handle, msk_event(esm.batch(partition, size, rewind)))
+            esm.deliver(esm.batch(partition, size), RunOtherAt(point, other))
+
+    esm.drain(50)
+    archive.clock.advance(minutes=31)
+    for partition in range(PARTITIONS):
+        archive.runtime(config).writer(stream, partition).maintain()
+    report = verify_archive(archive.s3, archive.bucket, "orders", workload.expected)
+    assert (report.lost, report.duplicated, report.unexpected, report.misfiled, report.corrupted) == (
+        [],
+        [],
+        [],
+        [],
+        [],
+    )
+    assert report.produced == PARTITIONS * PER_PARTITION
+    assert sorted(p.name for p in archive.staging_root.rglob("*.seg")) == []

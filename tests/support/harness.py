@@ -1,0 +1,93 @@
+"""A small model of the MSK event source mapping for fault-injection tests.
+
+Like the real ESM it delivers batches per partition from the last committed offset, commits
+only after the handler returns, and redelivers the whole batch after a failure (here: a
+simulated crash). It can also rewind (a rebalance redelivering already committed records).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.support.events import msk_event
+from tests.support.workload import Workload
+from tidemark.archiver import Archiver
+from tidemark.config import TidemarkConfig, parse_config
+from tidemark.faults import CrashPoints, SimulatedCrash
+from tidemark.records.model import Record
+from tidemark.runtime import Runtime
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def example_config_data() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load((REPO / "config" / "tidemark.yaml").read_text())
+    return data
+
+
+def small_config(**flush: Any) -> TidemarkConfig:
+    """The example config with small flush limits, so seals and uploads happen constantly."""
+    data = example_config_data()
+    data["streams"][0]["flush"] = {"max_records": 50, "max_bytes": "1MiB", "max_age": "15m", **flush}
+    return parse_config(data)
+
+
+class RunOtherAt:
+    """A crash-point hook that, the first time ``point`` is hit, runs ``action`` right there:
+    a second invocation executing inside the first one's window (deterministic interleaving)."""
+
+    def __init__(self, point: str, action: Callable[[], object]) -> None:
+        self.point = point
+        self.action = action
+        self.fired = False
+
+    def hit(self, name: str) -> None:
+        if name == self.point and not self.fired:
+            self.fired = True
+            self.action()
+
+
+@dataclass
+class EsmModel:
+    workload: Workload
+    make_runtime: Callable[[CrashPoints | None], Runtime]
+    committed: dict[int, int] = field(default_factory=dict)  # partition -> next offset to deliver
+    crashes: int = 0
+    deliveries: int = 0
+
+    def __post_init__(self) -> None:
+        for partition, records in self.workload.records.items():
+            self.committed.setdefault(partition, records[0].offset)
+
+    def pending(self, partition: int) -> list[Record]:
+        return [r for r in self.workload.records[partition] if r.offset >= self.committed[partition]]
+
+    def batch(self, partition: int, size: int, rewind: int = 0) -> list[Record]:
+        start = max(self.committed[partition] - rewind, self.workload.records[partition][0].offset)
+        return [r for r in self.workload.records[partition] if r.offset >= start][:size]
+
+    def deliver(self, records: list[Record], crash_points: CrashPoints | None = None) -> bool:
+        """Invoke a fresh archiver (a new process) with the batch; commit offsets on success."""
+        if not records:
+            return True
+        self.deliveries += 1
+        archiver = Archiver(self.make_runtime(crash_points))
+        try:
+            archiver.handle(msk_event(records))
+        except SimulatedCrash:
+            self.crashes += 1
+            return False
+        partition = records[0].partition
+        self.committed[partition] = max(self.committed[partition], records[-1].offset + 1)
+        return True
+
+    def drain(self, size: int) -> None:
+        """The ESM keeps retrying until every record has been delivered successfully."""
+        for partition in self.workload.records:
+            while self.pending(partition):
+                assert self.deliver(self.batch(partition, size)), "delivery without faults must succeed"

@@ -1,0 +1,449 @@
+"""tidemark.config: the model, the units and the loaders; every error names the field."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tidemark.config import (
+    DeadLetterConfig,
+    EventTimeConfig,
+    FlushPolicyConfig,
+    TidemarkConfig,
+    load_config,
+    load_config_from_env,
+    parse_config,
+)
+from tidemark.config.units import parse_duration, to_ms
+from tidemark.exceptions import ConfigError, TidemarkError
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "config" / "tidemark.yaml"
+CLUSTER_ARN = "arn:aws:kafka:us-east-1:123456789012:cluster/tidemark-demo/4f3e2d1c-0b9a-4c8d-9e7f-6a5b4c3d2e1f-1"
+MiB = 1024 * 1024
+
+
+def example_data() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text(encoding="utf-8"))
+    return data
+
+
+def minimal(**stream: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {"name": "orders", "source": {"cluster_arn": CLUSTER_ARN, "topic": "orders"}}
+    base.update(stream)
+    return {"streams": [base]}
+
+
+def config_error(data: Any) -> str:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(data)
+    return str(caught.value)
+
+
+def mutated(mutate: Callable[[dict[str, Any]], object]) -> dict[str, Any]:
+    data = copy.deepcopy(example_data())
+    mutate(data)
+    return data
+
+
+# -- the example configuration --------------------------------------------------------------------
+
+
+def test_example_config_loads_with_its_values() -> None:
+    config = load_config(EXAMPLE)
+    assert isinstance(config, TidemarkConfig)
+    assert config.version == 1
+    assert (config.archive.raw_prefix, config.archive.errors_prefix) == ("raw", "errors")
+    assert config.archive.segment_grace == timedelta(minutes=30)
+    assert config.archive.segment_grace_ms == 1_800_000
+    assert (int(config.archive.multipart_threshold), int(config.archive.multipart_chunksize)) == (16 * MiB, 8 * MiB)
+    (stream,) = config.streams
+    assert stream.name == "orders"
+    assert stream.source.model_dump() == {
+        "kind": "msk",
+        "topic": "orders",
+        "cluster_arn": CLUSTER_ARN,
+        "bootstrap_servers": None,
+        "consumer_group_id": None,
+        "batch_size": 1000,
+        "batching_window": "1000ms",
+        "starting_position": "TRIM_HORIZON",
+    }
+    assert stream.event_time == EventTimeConfig(source="json_field", field="created_at", format="auto", timezone="UTC")
+    assert stream.flush.max_records == 100_000
+    assert int(stream.flush.max_bytes) == 64 * MiB
+    assert stream.flush.max_age == timedelta(minutes=15)
+    assert stream.flush.max_age_ms == 900_000
+    assert int(stream.dead_letter.max_record_bytes) == MiB
+    assert (stream.format.type, stream.format.compression) == ("jsonl", "gzip")
+    (aggregation,) = stream.aggregations
+    assert aggregation.name == "orders_by_product"
+    assert aggregation.group_by == ["product_id"]
+    assert aggregation.metrics == {
+        "order_count": "count(*)",
+        "revenue": "sum(price * quantity)",
+        "distinct_customers": "count(distinct customer_id)",
+    }
+    assert config.stream("orders") is stream
+    assert config.stream_for_topic("orders") is stream
+    assert config.stream_for_topic("payments") is None
+    with pytest.raises(KeyError):
+        config.stream("payments")
+
+
+def test_load_config_accepts_a_string_path() -> None:
+    assert load_config(str(EXAMPLE)) == load_config(EXAMPLE)
+
+
+def test_minimal_config_takes_the_defaults() -> None:
+    config = parse_config(minimal())
+    stream = config.streams[0]
+    assert stream.event_time == EventTimeConfig()
+    assert stream.event_time.source == "record_timestamp"
+    assert stream.flush == FlushPolicyConfig()
+    assert stream.flush.max_records == 100_000
+    assert int(stream.flush.max_bytes) == 64 * MiB
+    assert stream.flush.max_age == timedelta(minutes=15)
+    assert (stream.flush.max_segments, stream.flush.max_open_buffers) == (200, 24)
+    assert stream.dead_letter == DeadLetterConfig()
+    assert config.archive.segment_grace == timedelta(minutes=30)
+
+
+def test_config_models_are_frozen() -> None:
+    config = parse_config(minimal())
+    with pytest.raises(ValueError, match="frozen"):
+        config.streams[0].name = "other"  # type: ignore[misc]
+
+
+# -- errors name the field -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("section", "field"),
+    [("flush", "max_recordz"), ("source", "topics"), ("event_time", "zone"), ("format", "level")],
+)
+def test_unknown_field_is_named_with_its_path(section: str, field: str) -> None:
+    data = mutated(lambda d: d["streams"][0][section].update({field: 1}))
+    assert config_error(data) == f"<config>: streams[0].{section}.{field}: unknown field"
+
+
+def test_unknown_top_level_and_stream_fields() -> None:
+    assert config_error({**minimal(), "streamz": []}) == "<config>: streamz: unknown field"
+    assert config_error(minimal(sink="s3")) == "<config>: streams[0].sink: unknown field"
+
+
+def test_several_problems_are_all_reported() -> None:
+    data = mutated(lambda d: (d["streams"][0]["flush"].update(bogus=1), d["archive"].update(raw_prefix="Raw")))
+    message = config_error(data)
+    assert "streams[0].flush.bogus: unknown field" in message
+    assert "archive.raw_prefix: String should match pattern" in message
+
+
+@pytest.mark.parametrize(
+    "arn",
+    [
+        "arn:aws:kafka:us-east-1:123:cluster/tidemark-demo/abc",  # account id too short
+        "arn:aws:s3:::bucket",
+        "arn:aws:kafka:us-east-1:123456789012:topic/tidemark-demo/abc",
+        "not an arn",
+        "",
+    ],
+)
+def test_bad_cluster_arn_is_named(arn: str) -> None:
+    data = mutated(lambda d: d["streams"][0]["source"].update(cluster_arn=arn))
+    assert config_error(data).startswith("<config>: streams[0].source.cluster_arn: String should match pattern")
+
+
+def test_msk_source_needs_a_cluster_arn() -> None:
+    message = config_error(minimal(source={"topic": "orders"}))
+    assert message == "<config>: streams[0].source: cluster_arn is required when kind is 'msk'"
+
+
+def test_self_managed_source_needs_bootstrap_servers() -> None:
+    message = config_error(minimal(source={"kind": "kafka", "topic": "orders"}))
+    assert message == "<config>: streams[0].source: bootstrap_servers is required when kind is 'kafka'"
+    config = parse_config(minimal(source={"kind": "kafka", "topic": "orders", "bootstrap_servers": ["k:9092"]}))
+    assert config.streams[0].source.bootstrap_servers == ["k:9092"]
+
+
+@pytest.mark.parametrize("topic", ["../etc", "a/b", "", "x" * 250, "orders topic", "orders\n"])
+def test_bad_topic_is_named(topic: str) -> None:
+    assert config_error(minimal(source={"cluster_arn": CLUSTER_ARN, "topic": topic})).startswith(
+        "<config>: streams[0].source.topic: String should"
+    )
+
+
+@pytest.mark.parametrize("name", ["Orders", "1orders", "or/ders", "", "a" * 64, "orders\n"])
+def test_bad_stream_name_is_named(name: str) -> None:
+    assert config_error(minimal(name=name)).startswith("<config>: streams[0].name: String should")
+
+
+@pytest.mark.parametrize("zone", ["Mars/Olympus", "EST+5", "../../etc/passwd", ""])
+def test_unknown_timezone_is_named(zone: str) -> None:
+    data = mutated(lambda d: d["streams"][0]["event_time"].update(timezone=zone))
+    assert config_error(data) == f"<config>: streams[0].event_time.timezone: unknown IANA time zone {zone!r}"
+
+
+def test_json_field_without_field_is_named() -> None:
+    data = mutated(lambda d: d["streams"][0]["event_time"].pop("field"))
+    assert config_error(data) == "<config>: streams[0].event_time: field is required when source is 'json_field'"
+
+
+def test_header_source_without_header_is_named() -> None:
+    message = config_error(minimal(event_time={"source": "header"}))
+    assert message == "<config>: streams[0].event_time: header is required when source is 'header'"
+
+
+@pytest.mark.parametrize("field", ["a..b", ".a", "a.", ""])
+def test_bad_dotted_path_is_named(field: str) -> None:
+    data = mutated(lambda d: d["streams"][0]["event_time"].update(field=field))
+    assert config_error(data).startswith("<config>: streams[0].event_time.field: must be a dotted path")
+
+
+def test_json_field_needs_json_values() -> None:
+    data = mutated(lambda d: d["streams"][0]["encoding"].update(value="text"))
+    assert config_error(data) == "<config>: streams[0]: event_time.source 'json_field' needs encoding.value 'json'"
+
+
+def test_duplicate_stream_names_are_rejected() -> None:
+    data = mutated(lambda d: d["streams"].append({**copy.deepcopy(d["streams"][0]), "source": _source("payments")}))
+    assert config_error(data) == "<config>: <root>: stream names must be unique, got ['orders', 'orders']"
+
+
+def test_duplicate_topics_are_rejected() -> None:
+    data = mutated(lambda d: d["streams"].append({**copy.deepcopy(d["streams"][0]), "name": "orders_copy"}))
+    assert config_error(data) == "<config>: <root>: each topic may feed one stream only, got ['orders', 'orders']"
+
+
+def _source(topic: str) -> dict[str, Any]:
+    return {"kind": "msk", "cluster_arn": CLUSTER_ARN, "topic": topic}
+
+
+def test_two_distinct_streams_are_accepted() -> None:
+    config = parse_config({"streams": [minimal()["streams"][0], {"name": "payments", "source": _source("payments")}]})
+    assert [s.name for s in config.streams] == ["orders", "payments"]
+    assert config.stream_for_topic("payments") is config.streams[1]
+
+
+def test_no_streams_is_rejected() -> None:
+    assert config_error({"streams": []}).startswith("<config>: streams: List should have at least 1 item")
+    assert config_error({}) == "<config>: streams: Field required"
+
+
+def test_raw_and_errors_prefix_must_differ() -> None:
+    message = config_error({**minimal(), "archive": {"raw_prefix": "data", "errors_prefix": "data"}})
+    assert message == "<config>: <root>: archive.raw_prefix and archive.errors_prefix must differ"
+
+
+@pytest.mark.parametrize("grace", ["15m", "900s", "1m", "0s", 900])
+def test_segment_grace_must_exceed_fifteen_minutes(grace: Any) -> None:
+    message = config_error({**minimal(), "archive": {"segment_grace": grace}})
+    assert message == "<config>: archive.segment_grace: must exceed 15m, the longest a Lambda invocation can run"
+
+
+@pytest.mark.parametrize(("grace", "ms"), [("901s", 901_000), ("16m", 960_000), ("1h", 3_600_000), (3600, 3_600_000)])
+def test_segment_grace_above_fifteen_minutes_is_accepted(grace: Any, ms: int) -> None:
+    assert parse_config({**minimal(), "archive": {"segment_grace": grace}}).archive.segment_grace_ms == ms
+
+
+def test_version_must_be_one() -> None:
+    assert config_error({**minimal(), "version": 2}) == "<config>: version: Input should be 1"
+
+
+def test_config_must_be_a_mapping() -> None:
+    assert config_error(["streams"]) == "<config>: the configuration must be a mapping, got list"
+    assert config_error(None) == "<config>: the configuration must be a mapping, got NoneType"
+
+
+def test_origin_prefixes_the_message() -> None:
+    with pytest.raises(ConfigError, match=r"^cfg\.yaml: streams: Field required$"):
+        parse_config({}, origin="cfg.yaml")
+
+
+# -- units ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("90s", timedelta(seconds=90)),
+        ("15m", timedelta(minutes=15)),
+        ("1h", timedelta(hours=1)),
+        ("2d", timedelta(days=2)),
+        ("1500ms", timedelta(milliseconds=1500)),
+        ("1.5h", timedelta(minutes=90)),
+        (" 30 s ", timedelta(seconds=30)),
+        (45, timedelta(seconds=45)),
+        (2.5, timedelta(milliseconds=2500)),
+        (timedelta(minutes=3), timedelta(minutes=3)),
+    ],
+)
+def test_parse_duration(text: Any, expected: timedelta) -> None:
+    assert parse_duration(text) == expected
+
+
+@pytest.mark.parametrize("text", ["soon", "15", "15 minutes", "m15", "-5m", "", True, None, [1]])
+def test_parse_duration_rejects(text: Any) -> None:
+    with pytest.raises(ValueError, match="expected a duration such as '90s', '15m' or '1h'"):
+        parse_duration(text)
+
+
+@pytest.mark.parametrize(("duration", "ms"), [("90s", 90_000), ("15m", 900_000), ("1h", 3_600_000), ("1s", 1000)])
+def test_flush_max_age_durations(duration: str, ms: int) -> None:
+    flush = FlushPolicyConfig(max_age=duration)  # type: ignore[arg-type]
+    assert flush.max_age_ms == ms
+    assert to_ms(flush.max_age) == ms
+
+
+@pytest.mark.parametrize(
+    ("size", "expected"),
+    [("64MiB", 64 * MiB), ("1MiB", MiB), ("1MB", 1_000_000), ("2GiB", 2 * 1024 * MiB), (4096, 4096), ("1KiB", 1024)],
+)
+def test_byte_sizes(size: Any, expected: int) -> None:
+    assert int(FlushPolicyConfig(max_bytes=size).max_bytes) == expected
+
+
+def test_durations_and_sizes_serialise_to_plain_values() -> None:
+    dumped = FlushPolicyConfig(max_bytes="64MiB", max_age="90s").model_dump()  # type: ignore[arg-type]
+    assert dumped == {
+        "max_records": 100_000,
+        "max_bytes": 64 * MiB,
+        "max_age": "90000ms",
+        "max_segments": 200,
+        "max_open_buffers": 24,
+    }
+
+
+def test_dumped_config_parses_back_to_an_equal_config() -> None:
+    config = load_config(EXAMPLE)
+    assert parse_config(json.loads(json.dumps(config.model_dump()))) == config
+
+
+@pytest.mark.parametrize(
+    ("flush", "message"),
+    [
+        ({"max_age": "soon"}, "streams[0].flush.max_age: expected a duration such as '90s', '15m' or '1h', got 'soon'"),
+        ({"max_age": "0s"}, "streams[0].flush.max_age: must be between 1s and 7d"),
+        ({"max_age": "8d"}, "streams[0].flush.max_age: must be between 1s and 7d"),
+        ({"max_bytes": "lots"}, "streams[0].flush.max_bytes: could not parse value and unit from byte string"),
+        ({"max_bytes": "1KB"}, "streams[0].flush.max_bytes: Input should be greater than or equal to 1024"),
+        ({"max_records": 0}, "streams[0].flush.max_records: Input should be greater than or equal to 1"),
+        (
+            {"max_segments": 1000, "max_open_buffers": 5},
+            "streams[0].flush: max_segments * max_open_buffers must be at most 4800 (ledger item size)",
+        ),
+    ],
+)
+def test_bad_flush_values_are_named(flush: dict[str, Any], message: str) -> None:
+    assert config_error(minimal(flush=flush)) == f"<config>: {message}"
+
+
+def test_batching_window_limit_is_named() -> None:
+    message = config_error(minimal(source={**_source("orders"), "batching_window": "301s"}))
+    assert message == "<config>: streams[0].source.batching_window: must be between 0s and 300s (the ESM's limit)"
+
+
+def test_dead_letter_max_record_bytes() -> None:
+    config = parse_config(minimal(dead_letter={"max_record_bytes": "256KiB"}))
+    assert int(config.streams[0].dead_letter.max_record_bytes) == 256 * 1024
+    assert config_error(minimal(dead_letter={"max_record_bytes": 0})) == (
+        "<config>: streams[0].dead_letter.max_record_bytes: Input should be greater than or equal to 1"
+    )
+
+
+# -- loaders --------------------------------------------------------------------------------------
+
+
+def test_load_config_missing_file() -> None:
+    missing = EXAMPLE.parent / "does-not-exist.yaml"
+    with pytest.raises(ConfigError) as caught:
+        load_config(missing)
+    assert str(caught.value) == f"{missing}: cannot read the configuration (No such file or directory)"
+    assert isinstance(caught.value, TidemarkError)
+
+
+@pytest.fixture
+def fake_files(monkeypatch: pytest.MonkeyPatch) -> dict[Path, str]:
+    """Serve ``load_config``'s read of chosen paths from memory (unit tests do no file I/O)."""
+    files: dict[Path, str] = {}
+    real_read_text = Path.read_text
+
+    def read_text(self: Path, *args: Any, **kwargs: Any) -> str:
+        if self in files:
+            return files[self]
+        return real_read_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", read_text)
+    return files
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["streams: [\n  - name: orders\n    source: {topic: orders\n", "a: b: c\n", "key: 'unterminated\n", "\tx: 1\n"],
+)
+def test_load_config_invalid_yaml(fake_files: dict[Path, str], text: str) -> None:
+    path = Path("/virtual/broken.yaml")
+    fake_files[path] = text
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert str(caught.value).startswith(f"{path}: not valid YAML: ")
+
+
+@pytest.mark.parametrize(("text", "kind"), [("", "NoneType"), ("- a\n- b\n", "list"), ("just text\n", "str")])
+def test_load_config_yaml_that_is_not_a_mapping(fake_files: dict[Path, str], text: str, kind: str) -> None:
+    path = Path("/virtual/scalar.yaml")
+    fake_files[path] = text
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert str(caught.value) == f"{path}: the configuration must be a mapping, got {kind}"
+
+
+def test_load_config_valid_yaml_invalid_config_names_file_and_field(fake_files: dict[Path, str]) -> None:
+    path = Path("/virtual/typo.yaml")
+    fake_files[path] = EXAMPLE.read_text(encoding="utf-8").replace("max_records: 100000", "max_recods: 100000")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert str(caught.value) == f"{path}: streams[0].flush.max_recods: unknown field"
+
+
+def test_load_config_from_env_inline_json_wins() -> None:
+    data = example_data()
+    environ = {"TIDEMARK_CONFIG_JSON": json.dumps(data), "TIDEMARK_CONFIG": "/nonexistent/tidemark.yaml"}
+    assert load_config_from_env(environ) == load_config(EXAMPLE)
+
+
+def test_load_config_from_env_path() -> None:
+    assert load_config_from_env({"TIDEMARK_CONFIG": str(EXAMPLE)}) == load_config(EXAMPLE)
+
+
+@pytest.mark.parametrize("environ", [{}, {"TIDEMARK_CONFIG": ""}, {"TIDEMARK_CONFIG_JSON": ""}])
+def test_load_config_from_env_with_nothing_set(environ: dict[str, str]) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config_from_env(environ)
+    assert str(caught.value) == (
+        "set $TIDEMARK_CONFIG (a path) or $TIDEMARK_CONFIG_JSON (inline JSON) to the Tidemark configuration"
+    )
+
+
+def test_load_config_from_env_invalid_json() -> None:
+    with pytest.raises(ConfigError, match=r"^\$TIDEMARK_CONFIG_JSON: not valid JSON: "):
+        load_config_from_env({"TIDEMARK_CONFIG_JSON": "{streams: "})
+
+
+def test_load_config_from_env_invalid_config_names_the_field() -> None:
+    data = mutated(lambda d: d["streams"][0]["flush"].update(max_recordz=1))
+    with pytest.raises(ConfigError) as caught:
+        load_config_from_env({"TIDEMARK_CONFIG_JSON": json.dumps(data)})
+    assert str(caught.value) == "$TIDEMARK_CONFIG_JSON: streams[0].flush.max_recordz: unknown field"
+
+
+def test_load_config_from_env_reads_os_environ(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TIDEMARK_CONFIG", raising=False)
+    monkeypatch.setenv("TIDEMARK_CONFIG_JSON", json.dumps(minimal()))
+    assert load_config_from_env() == parse_config(minimal())

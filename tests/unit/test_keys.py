@@ -1,0 +1,94 @@
+"""tidemark.objects.keys: object keys are a pure, safe function of their inputs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tidemark.exceptions import UnsafePathError
+from tidemark.objects.keys import object_key
+
+
+def test_documented_example() -> None:
+    assert (
+        object_key("raw", "orders", "2026-11-21T07", 3, 100, 199, "jsonl.gz")
+        == "raw/orders/2026/11/21/07/orders+3+00000000000000000100-00000000000000000199.jsonl.gz"
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (
+            ("errors", "orders", "2026-01-02T00", 0, 0, 0, "jsonl"),
+            "errors/orders/2026/01/02/00/orders+0+00000000000000000000-00000000000000000000.jsonl",
+        ),
+        (
+            ("raw", "click_stream-2", "1999-12-31T23", 12345, 7, 2**63 - 1, "jsonl.gz"),
+            "raw/click_stream-2/1999/12/31/23/click_stream-2+12345+00000000000000000007-09223372036854775807.jsonl.gz",
+        ),
+        (
+            ("0archive", "o", "2026-11-21T07", 3, 42, 42, "parquet"),
+            "0archive/o/2026/11/21/07/o+3+00000000000000000042-00000000000000000042.parquet",
+        ),
+    ],
+)
+def test_key_format_and_zero_padding(args: tuple[Any, ...], expected: str) -> None:
+    assert object_key(*args) == expected
+
+
+def test_keys_sort_by_offset() -> None:
+    offsets = [(9, 9), (10, 99), (100, 199), (1000, 1000), (99_999_999_999, 100_000_000_000)]
+    keys = [object_key("raw", "orders", "2026-11-21T07", 3, first, last, "jsonl.gz") for first, last in offsets]
+    assert sorted(keys) == keys
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param(
+            ("/raw", "orders", "2026-11-21T07", 3, 100, 199, "jsonl.gz"), id="prefix='/raw'"
+        ),  # absolute prefix
+        pytest.param(("raw/", "orders", "2026-11-21T07", 3, 100, 199, "jsonl.gz"), id="prefix='raw/'"),
+        pytest.param(("..", "orders", "2026-11-21T07", 3, 100, 199, "jsonl.gz"), id="prefix='..'"),
+        pytest.param(("raw/../x", "orders", "2026-11-21T07", 3, 100, 199, "jsonl.gz"), id="prefix='raw/../x'"),
+        pytest.param(("Raw", "orders", "2026-11-21T07", 3, 100, 199, "jsonl.gz"), id="prefix='Raw'"),
+        pytest.param(("", "orders", "2026-11-21T07", 3, 100, 199, "jsonl.gz"), id="prefix=''"),
+        pytest.param(
+            ("raw\n", "orders", "2026-11-21T07", 3, 100, 199, "jsonl.gz"), id="prefix='raw\\n'"
+        ),  # trailing newline
+        pytest.param(
+            ("raw", "Orders", "2026-11-21T07", 3, 100, 199, "jsonl.gz"), id="stream='Orders'"
+        ),  # uppercase stream
+        pytest.param(("raw", "or/ders", "2026-11-21T07", 3, 100, 199, "jsonl.gz"), id="stream='or/ders'"),
+        pytest.param(("raw", "..", "2026-11-21T07", 3, 100, 199, "jsonl.gz"), id="stream='..'"),
+        pytest.param(("raw", "../orders", "2026-11-21T07", 3, 100, 199, "jsonl.gz"), id="stream='../orders'"),
+        pytest.param(("raw", "1orders", "2026-11-21T07", 3, 100, 199, "jsonl.gz"), id="stream='1orders'"),
+        pytest.param(("raw", "", "2026-11-21T07", 3, 100, 199, "jsonl.gz"), id="stream=''"),
+        pytest.param(
+            ("raw", "orders\n", "2026-11-21T07", 3, 100, 199, "jsonl.gz"), id="stream='orders\\n'"
+        ),  # trailing newline
+        pytest.param(("raw", "orders", "2026-11-21", 3, 100, 199, "jsonl.gz"), id="hour='2026-11-21'"),
+        pytest.param(("raw", "orders", "2026/11/21T07", 3, 100, 199, "jsonl.gz"), id="hour='2026/11/21T07'"),
+        pytest.param(("raw", "orders", "../11-21T07", 3, 100, 199, "jsonl.gz"), id="hour='../11-21T07'"),
+        pytest.param(("raw", "orders", "2026-11-21T07\n", 3, 100, 199, "jsonl.gz"), id="hour='2026-11-21T07\\n'"),
+        pytest.param(
+            ("raw", "orders", "2026-11-21T07", -1, 100, 199, "jsonl.gz"), id="partition=-1"
+        ),  # negative partition
+        pytest.param(("raw", "orders", "2026-11-21T07", "3", 100, 199, "jsonl.gz"), id="partition='3'"),
+        pytest.param(("raw", "orders", "2026-11-21T07", 3.0, 100, 199, "jsonl.gz"), id="partition=3.0"),
+        pytest.param(
+            ("raw", "orders", "2026-11-21T07", True, 100, 199, "jsonl.gz"), id="partition=True"
+        ),  # a bool is not a partition
+        pytest.param(("raw", "orders", "2026-11-21T07", 3, 200, 199, "jsonl.gz"), id="first=200"),  # first > last
+        pytest.param(("raw", "orders", "2026-11-21T07", 3, -1, 199, "jsonl.gz"), id="first=-1"),
+        pytest.param(("raw", "orders", "2026-11-21T07", 3, 100, 199, ".jsonl"), id="extension='.jsonl'"),
+        pytest.param(("raw", "orders", "2026-11-21T07", 3, 100, 199, "jsonl/../x"), id="extension='jsonl/../x'"),
+        pytest.param(("raw", "orders", "2026-11-21T07", 3, 100, 199, ""), id="extension=''"),
+        pytest.param(("raw", "orders", "2026-11-21T07", 3, 100, 199, "JSONL"), id="extension='JSONL'"),
+    ],
+)
+def test_unsafe_inputs_are_refused(args: tuple[Any, ...]) -> None:
+    with pytest.raises(UnsafePathError):
+        object_key(*args)
