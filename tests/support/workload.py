@@ -15,7 +15,7 @@ import orjson
 from tidemark.records.model import Record
 from tidemark.verify import ExpectedRecord
 
-BASE_MS = 1_763_712_000_000  # 2026-11-21T08:00:00Z
+BASE_MS = 1_795_248_000_000  # 2026-11-21T08:00:00Z
 HOUR_MS = 3_600_000
 
 

@@ -29,28 +29,28 @@ MSK_BATCHES = [
                 b"o-1000",
                 b'{"order_id":"o-1001","customer_id":"c-17","product_id":"p-3","price":12.5,"quantity":2,'
                 b'"created_at":"2026-11-21T07:12:33Z"}',
-                1_763_709_153_000,
+                1_795_245_153_000,
             ),
             _order(
                 1,
                 b"o-1001",
                 b'{"order_id":"o-1002","customer_id":"c-42","product_id":"p-1","price":99.0,"quantity":1,'
-                b'"created_at":1763709300}',
-                1_763_709_300_100,
+                b'"created_at":1795245300}',
+                1_795_245_300_100,
             ),
             _order(
                 2,
                 b"o-1002",
                 b'{"order_id":"o-0999","customer_id":"c-8","product_id":"p-3","price":12.5,"quantity":1,'
                 b'"created_at":"2026-11-21T03:59:59.500Z"}',
-                1_763_709_400_000,
+                1_795_245_400_000,
             ),
-            _order(3, b"o-1003", b"not json at all", 1_763_709_500_000),
+            _order(3, b"o-1003", b"not json at all", 1_795_245_500_000),
             _order(
                 4,
                 b"o-1004",
                 b'{"order_id":"o-1003","customer_id":"c-9","product_id":"p-2","price":5.25,"quantity":4}',
-                1_763_709_600_000,
+                1_795_245_600_000,
             ),
         ],
     ),
@@ -62,8 +62,8 @@ MSK_BATCHES = [
                 7,
                 None,
                 b'{"order_id":"o-2001","customer_id":"c-1","product_id":"p-9","price":3.0,"quantity":3,'
-                b'"created_at":1763709700000}',
-                1_763_709_700_000,
+                b'"created_at":1795245700000}',
+                1_795_245_700_000,
                 partition=1,
             )
         ],
@@ -85,7 +85,7 @@ def test_self_managed_sample_event() -> None:
                     topic="orders",
                     partition=2,
                     offset=40,
-                    timestamp_ms=1_763_712_000_000,
+                    timestamp_ms=1_795_248_000_000,
                     value=b'{"order_id":"o-3001","customer_id":"c-5","product_id":"p-1","price":99.0,"quantity":2,'
                     b'"created_at":"2026-11-21T08:00:00+00:00"}',
                     key=b"o-3001",
@@ -170,7 +170,7 @@ def malformed(event: Any) -> str:
 
 
 def one_record_event(**overrides: Any) -> dict[str, Any]:
-    event = msk_event([Record("orders", 0, 5, 1_763_709_153_000, b'{"a":1}', b"k", WEB)])
+    event = msk_event([Record("orders", 0, 5, 1_795_245_153_000, b'{"a":1}', b"k", WEB)])
     event["records"]["orders-0"][0].update(overrides)
     return event
 

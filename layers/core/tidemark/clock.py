@@ -27,7 +27,7 @@ class SystemClock:
 class ManualClock:
     """A clock that only moves when told to."""
 
-    def __init__(self, start_ms: int = 1_763_712_000_000) -> None:
+    def __init__(self, start_ms: int = 1_795_248_000_000) -> None:
         self._now = start_ms
 
     def now_ms(self) -> int:
