@@ -29,11 +29,20 @@ Events
 Memory
     ``peak_rss_mb`` is ``ru_maxrss``; ``rss_mb_after_warmup`` (after the first 10% of batches)
     and ``rss_mb_end`` are current RSS from ``/proc/self/statm`` -- they should be close if
-    memory is flat in the number of batches.
+    memory is flat in the number of batches. Both include moto's copy of every committed object
+    (~6 MB each here) and whatever the allocator keeps after a flush's transient peak. moto's
+    own bookkeeping of every model instance it ever created is dropped after each batch
+    (untimed), since it would otherwise keep every version of the ledger item.
 
 Output
-    Progress on stderr; the last stdout line is one JSON object. ``--profile`` runs cProfile
-    around the handler calls only and prints the top functions and a per-package split on stderr.
+    Progress on stderr; the last stdout line is one JSON object. Besides the headline keys it
+    carries ``moto_seconds`` (time moto spent serving the handler's requests) and
+    ``records_per_s_excl_moto`` / ``baseline_ratio_excl_moto`` (an estimate for an infinitely
+    fast AWS), ``ledger_state_item_kb_max`` (sampled size of the partition's ledger item, read
+    and rewritten whole by every batch) and a correctness check: records committed (S3
+    metadata) + records still buffered (ledger) == records produced. ``--profile`` runs
+    cProfile around the handler calls only and prints the top functions and a per-package
+    split on stderr (``--profile-out`` keeps the raw pstats file).
 
 Run: ``.venv/bin/python bench/handler.py [--batches N --batch-size M --partitions P]``
 """
@@ -56,6 +65,7 @@ import resource
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -218,6 +228,38 @@ def import_handler(stdout_sink: io.TextIOBase) -> ModuleType:
     return module
 
 
+class MotoTimer:
+    """Wall time moto spends serving requests made during handler calls (harness-only wrapper
+    around moto's in-process request hook; S3 uploads run in s3transfer threads while the
+    handler waits, so their time is counted too). ``handler - moto`` estimates the handler's own
+    cost with an infinitely fast AWS -- an estimate, not a real-AWS number (no network here)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.requests = 0
+        self.active = False
+        self._lock = threading.Lock()
+
+    def install(self) -> None:
+        from moto.core.models import botocore_stubber
+
+        original = botocore_stubber.process_request
+
+        def timed(request: Any) -> Any:
+            if not self.active:
+                return original(request)
+            started = time.perf_counter()
+            try:
+                return original(request)
+            finally:
+                elapsed = time.perf_counter() - started
+                with self._lock:
+                    self.seconds += elapsed
+                    self.requests += 1
+
+        botocore_stubber.process_request = timed  # type: ignore[method-assign]
+
+
 @dataclass(slots=True)
 class PassResult:
     seconds: float
@@ -233,8 +275,10 @@ def run_pass(
     *,
     label: str,
     profiler: cProfile.Profile | None = None,
+    between: Callable[[int], None] | None = None,
 ) -> PassResult:
-    """Build each batch (untimed), then time ``call`` on it; the sum of the calls is the pass time."""
+    """Build each batch (untimed), then time ``call`` on it; the sum of the calls is the pass time.
+    ``between`` runs untimed after every batch (harness housekeeping)."""
     elapsed = 0.0
     value_bytes = 0
     digest = hashlib.sha256()
@@ -255,6 +299,8 @@ def run_pass(
         if profiler is not None:
             profiler.disable()
         del event
+        if between is not None:
+            between(index)
         if index + 1 == warmup:
             rss_after_warmup = current_rss_mb()
         if (index + 1) % report_every == 0 or index + 1 == workload.batches:
@@ -280,12 +326,18 @@ def baseline_call(target: io.BufferedWriter) -> Callable[[int, dict[str, Any]], 
     return call
 
 
-def handler_call(module: ModuleType, sink: io.TextIOBase) -> Callable[[int, dict[str, Any]], None]:
+def handler_call(
+    module: ModuleType, sink: io.TextIOBase, moto_timer: MotoTimer
+) -> Callable[[int, dict[str, Any]], None]:
     lambda_handler = module.lambda_handler
 
     def call(index: int, event: dict[str, Any]) -> None:
-        with contextlib.redirect_stdout(sink):  # EMF documents are print()ed
-            response = lambda_handler(event, FakeLambdaContext(index))
+        moto_timer.active = True
+        try:
+            with contextlib.redirect_stdout(sink):  # EMF documents are print()ed
+                response = lambda_handler(event, FakeLambdaContext(index))
+        finally:
+            moto_timer.active = False
         if response.get("status") != "ok":
             raise AssertionError(f"batch {index}: handler returned {response!r}")
         summary = response["streams"][STREAM]
@@ -293,6 +345,31 @@ def handler_call(module: ModuleType, sink: io.TextIOBase) -> Callable[[int, dict
             raise AssertionError(f"batch {index}: unexpected outcome {summary!r}")
 
     return call
+
+
+def moto_housekeeping(workload: Workload, dynamodb: Any, item_kb: list[float]) -> Callable[[int], None]:
+    """Untimed, after every handler batch.
+
+    moto keeps every model instance it ever created (``instances_tracked``, for its dashboard),
+    so each version of the ledger's STATE item would stay in memory: that is moto's memory, not
+    the handler's, and it would make ``rss_mb_end`` meaningless. Drop it after every batch.
+    Every 10% of batches, also sample the size of the partition's STATE item (the JSON wire size
+    of its attributes): every batch reads and rewrites it whole.
+    """
+    from moto.core.model_instances import reset_model_data
+
+    every = max(workload.batches // 10, 1)
+
+    def between(index: int) -> None:
+        reset_model_data()
+        if (index + 1) % every == 0 or index + 1 == workload.batches:
+            for partition in range(workload.partitions):
+                item = dynamodb.get_item(
+                    TableName=TABLE, Key={"pk": {"S": f"PART#{STREAM}#{partition}"}, "sk": {"S": "STATE"}}
+                ).get("Item", {})
+                item_kb.append(len(json.dumps(item, separators=(",", ":"))) / 1024)
+
+    return between
 
 
 def iter_objects(s3: Any) -> Iterator[dict[str, Any]]:
@@ -368,6 +445,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--partitions", type=int, default=1, help="partitions per batch (default 1)")
     parser.add_argument("--profile", action="store_true", help="cProfile the handler calls (slower)")
     parser.add_argument("--profile-top", type=int, default=25, help="functions to list with --profile")
+    parser.add_argument("--profile-out", help="with --profile: also dump the raw pstats file here")
     args = parser.parse_args(argv)
     if args.batches < 1 or args.batch_size < 1 or not 1 <= args.partitions <= args.batch_size:
         parser.error("need batches >= 1, batch-size >= 1 and 1 <= partitions <= batch-size")
@@ -396,8 +474,11 @@ def main(argv: list[str] | None = None) -> int:
         with mock_aws():
             s3 = boto3.client("s3", region_name="us-east-1")
             s3.create_bucket(Bucket=BUCKET)
-            boto3.client("dynamodb", region_name="us-east-1").create_table(**ledger_table_schema(TABLE))
+            dynamodb = boto3.client("dynamodb", region_name="us-east-1")
+            dynamodb.create_table(**ledger_table_schema(TABLE))
             module = import_handler(sink)
+            moto_timer = MotoTimer()
+            moto_timer.install()
             log(
                 f"{workload.batches} batches x {workload.batch_size} records over {workload.partitions} "
                 f"partition(s) = {workload.records:,} records; staging {staging}"
@@ -405,7 +486,14 @@ def main(argv: list[str] | None = None) -> int:
             profiler = cProfile.Profile() if args.profile else None
             gc.collect()
             rss_start = current_rss_mb()
-            handler = run_pass(workload, handler_call(module, sink), label="handler", profiler=profiler)
+            item_kb: list[float] = []
+            handler = run_pass(
+                workload,
+                handler_call(module, sink, moto_timer),
+                label="handler",
+                profiler=profiler,
+                between=moto_housekeeping(workload, dynamodb, item_kb),
+            )
             accounting = account(module, s3, workload)
             log(
                 f"accounting ok: {accounting['objects_committed']} objects with "
@@ -421,6 +509,9 @@ def main(argv: list[str] | None = None) -> int:
 
     if profiler is not None:
         print_profile(profiler, args.profile_top)
+        if args.profile_out:
+            profiler.dump_stats(args.profile_out)
+            log(f"raw profile written to {args.profile_out} (python -m pstats {args.profile_out})")
     result = {
         "records_per_s": round(workload.records / handler.seconds, 1),
         "mb_per_s": round(handler.value_bytes / 1e6 / handler.seconds, 3),
@@ -434,12 +525,17 @@ def main(argv: list[str] | None = None) -> int:
         "handler_seconds": round(handler.seconds, 3),
         "baseline_seconds": round(baseline.seconds, 3),
         "baseline_records_per_s": round(workload.records / baseline.seconds, 1),
+        "moto_seconds": round(moto_timer.seconds, 3),
+        "moto_requests": moto_timer.requests,
+        "records_per_s_excl_moto": round(workload.records / max(handler.seconds - moto_timer.seconds, 1e-9), 1),
+        "baseline_ratio_excl_moto": round((handler.seconds - moto_timer.seconds) / baseline.seconds, 2),
         "objects_committed": accounting["objects_committed"],
         "records_committed": accounting["records_committed"],
         "records_buffered": accounting["records_buffered"],
         "rss_mb_start": round(rss_start, 1),
         "rss_mb_after_warmup": round(handler.rss_mb_after_warmup, 1),
         "rss_mb_end": round(handler.rss_mb_end, 1),
+        "ledger_state_item_kb_max": round(max(item_kb, default=0.0), 1),
         "profiled": bool(args.profile),
     }
     print(json.dumps(result), flush=True)

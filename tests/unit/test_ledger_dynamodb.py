@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import zlib
 from decimal import Decimal
 from typing import Any
 
+import orjson
 import pytest
+from boto3.dynamodb.types import Binary
 
 from tidemark.buffers import BufferKey
 from tidemark.ledger.dynamodb import (
@@ -63,17 +66,21 @@ def test_keys() -> None:
 
 
 def test_state_to_item_shape() -> None:
-    assert state_to_item(busy_state()) == {
+    item = state_to_item(busy_state())
+    body = orjson.loads(zlib.decompress(item.pop("body")))
+    assert item == {
         "pk": "PART#orders#7",
         "sk": "STATE",
         "stream": "orders",
         "partition": 7,
         "version": 3,
         "staged_offset": 110,
-        "next_seq": 3,
         "updated_ms": T0 + 2,
         "open_buffers": 1,
         "sealed_flushes": 1,
+    }
+    assert body == {
+        "next_seq": 3,
         "buffers": {
             "raw/2025-11-21T08": {
                 "key": "raw/2025-11-21T08",
@@ -121,24 +128,28 @@ def test_state_round_trips_through_the_dynamodb_type_serialiser() -> None:
 
 
 def test_state_from_item_reads_decimals_as_ints() -> None:
+    body = {
+        "next_seq": 2,
+        "buffers": {
+            "raw/2025-11-21T08": {
+                "key": "raw/2025-11-21T08",
+                "seq": 1,
+                "opened": T0,
+                "appended": T0,
+                "segs": [["s.seg", 2, 20, 40, 41]],
+            }
+        },
+        "sealed": {},
+    }
     item: dict[str, Any] = {
         "stream": "orders",
         "partition": Decimal(2),
         "version": Decimal(5),
         "staged_offset": Decimal(41),
-        "next_seq": Decimal(2),
         "updated_ms": Decimal(T0),
-        "buffers": {
-            "raw/2025-11-21T08": {
-                "key": "raw/2025-11-21T08",
-                "seq": Decimal(1),
-                "opened": Decimal(T0),
-                "appended": Decimal(T0),
-                "segs": [["s.seg", Decimal(2), Decimal(20), Decimal(40), Decimal(41)]],
-            }
-        },
+        "body": Binary(zlib.compress(orjson.dumps(body))),
     }
-    assert state_from_item(item) == PartitionState(
+    assert state_from_item(_deserialize(_serialize(item))) == PartitionState(
         "orders",
         2,
         version=5,
@@ -148,6 +159,24 @@ def test_state_from_item_reads_decimals_as_ints() -> None:
         buffers={"raw/2025-11-21T08": OpenBuffer(RAW_08, 1, T0, T0, (SegmentRef("s.seg", 2, 20, 40, 41),))},
         sealed={},
     )
+
+
+def test_busy_state_item_stays_small() -> None:
+    """Every accepted batch rewrites the state item: its size is what DynamoDB bills."""
+    segments = tuple(
+        SegmentRef(
+            f"raw_2025-11-21T08_{i * 1000:020d}-{i * 1000 + 999:020d}_1795248000000_0123456789ab.seg",
+            1000,
+            250_000,
+            i * 1000,
+            i * 1000 + 999,
+        )
+        for i in range(200)
+    )
+    buffers = {"raw/2025-11-21T08": OpenBuffer(RAW_08, 1, T0, T0, segments)}
+    state = PartitionState("orders", 7, version=9, staged_offset=199_999, buffers=buffers)
+    assert len(state_to_item(state)["body"]) < 8 * 1024
+    assert state_from_item(state_to_item(state)) == state
 
 
 def test_object_to_item_shape_and_sortable_sort_key() -> None:

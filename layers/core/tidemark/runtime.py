@@ -16,6 +16,7 @@ from tidemark.exceptions import ConfigError
 from tidemark.faults import CrashPoints, NoCrashes, crash_points_from_env
 from tidemark.ledger.base import Ledger
 from tidemark.ledger.dynamodb import DynamoDBLedger
+from tidemark.ledger.model import PartitionState
 from tidemark.objects.writer import ObjectStore
 from tidemark.staging.store import SegmentStore
 from tidemark.writer.partition import PartitionWriter
@@ -36,6 +37,8 @@ class Runtime:
     clock: Clock = field(default_factory=SystemClock)
     crash_points: CrashPoints = field(default_factory=NoCrashes)
     _streams: dict[str, StreamContext] = field(default_factory=dict, init=False, repr=False)
+    # Partition states last read or written by this process (see PartitionWriter).
+    _states: dict[tuple[str, int], PartitionState] = field(default_factory=dict, init=False, repr=False)
 
     @classmethod
     def build(
@@ -96,4 +99,5 @@ class Runtime:
             objects=self.objects,
             clock=self.clock,
             crash_points=self.crash_points,
+            state_cache=self._states,
         )

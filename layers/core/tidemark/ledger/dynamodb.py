@@ -12,11 +12,13 @@ object item that already exists becomes ``DoubleCommitError``.
 
 from __future__ import annotations
 
+import zlib
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import boto3
-from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+import orjson
+from boto3.dynamodb.types import Binary, TypeDeserializer, TypeSerializer
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
@@ -85,18 +87,15 @@ def _buffer_from(raw: dict[str, Any]) -> OpenBuffer:
 
 
 def state_to_item(state: PartitionState) -> dict[str, Any]:
-    """The state as a plain item (Python values); serialised with boto3's ``TypeSerializer``."""
-    return {
-        "pk": state_pk(state.stream, state.partition),
-        "sk": STATE_SK,
-        "stream": state.stream,
-        "partition": state.partition,
-        "version": state.version,
-        "staged_offset": state.staged_offset,
+    """The state as a plain item (Python values); serialised with boto3's ``TypeSerializer``.
+
+    Scalars an operator looks at stay top-level attributes; the buffer and seal details travel
+    as one zlib-compressed JSON ``body``. DynamoDB bills writes by item size and every accepted
+    batch rewrites this item, so a compact body (segment names compress ~5x) keeps the ledger
+    cheap and fast however many segments the open buffers hold.
+    """
+    body = {
         "next_seq": state.next_seq,
-        "updated_ms": state.updated_ms,
-        "open_buffers": len(state.buffers),
-        "sealed_flushes": len(state.sealed),
         "buffers": {key: _buffer_to(buffer) for key, buffer in state.buffers.items()},
         "sealed": {
             flush_id: {
@@ -108,17 +107,30 @@ def state_to_item(state: PartitionState) -> dict[str, Any]:
             for flush_id, flush in state.sealed.items()
         },
     }
+    return {
+        "pk": state_pk(state.stream, state.partition),
+        "sk": STATE_SK,
+        "stream": state.stream,
+        "partition": state.partition,
+        "version": state.version,
+        "staged_offset": state.staged_offset,
+        "updated_ms": state.updated_ms,
+        "open_buffers": len(state.buffers),
+        "sealed_flushes": len(state.sealed),
+        "body": zlib.compress(orjson.dumps(body), 6),
+    }
 
 
 def state_from_item(item: dict[str, Any]) -> PartitionState:
+    body = orjson.loads(zlib.decompress(bytes(item["body"])))
     return PartitionState(
         stream=item["stream"],
         partition=int(item["partition"]),
         version=int(item["version"]),
         staged_offset=int(item["staged_offset"]),
-        next_seq=int(item["next_seq"]),
+        next_seq=int(body["next_seq"]),
         updated_ms=int(item["updated_ms"]),
-        buffers={key: _buffer_from(raw) for key, raw in item.get("buffers", {}).items()},
+        buffers={key: _buffer_from(raw) for key, raw in body["buffers"].items()},
         sealed={
             flush_id: SealedFlush(
                 buffer=_buffer_from(raw["buffer"]),
@@ -126,7 +138,7 @@ def state_from_item(item: dict[str, Any]) -> PartitionState:
                 reason=raw["reason"],
                 sealed_ms=int(raw["sealed"]),
             )
-            for flush_id, raw in item.get("sealed", {}).items()
+            for flush_id, raw in body["sealed"].items()
         },
     )
 
@@ -176,6 +188,8 @@ def _deserialize(item: dict[str, Any]) -> dict[str, Any]:
 def _plain(value: Any) -> Any:
     if isinstance(value, Decimal):
         return int(value)
+    if isinstance(value, Binary):
+        return bytes(value)  # type: ignore[call-overload]  # Binary defines __bytes__
     if isinstance(value, dict):
         return {key: _plain(inner) for key, inner in value.items()}
     if isinstance(value, list):

@@ -53,6 +53,7 @@ class PartitionWriter:
         objects: ObjectStore,
         clock: Clock,
         crash_points: CrashPoints | None = None,
+        state_cache: dict[tuple[str, int], PartitionState] | None = None,
     ) -> None:
         self.stream = stream
         self.partition = partition
@@ -62,31 +63,56 @@ class PartitionWriter:
         self._clock = clock
         self._crash = crash_points or NoCrashes()
         self._log = {"stream": stream.name, "partition": partition}
+        # Last state this process read or wrote, kept across warm invocations: it spares a
+        # read per batch. It may be stale; every write is conditional on its version, and a
+        # lost write hands back the current state. Garbage collection only ever runs on a
+        # state known to be the stored one at that instant (just read or just written).
+        self._cache = state_cache if state_cache is not None else {}
+        self._key = (stream.name, partition)
 
     # -- the run ------------------------------------------------------------------------------
 
-    def write(self, records: Sequence[Record]) -> BatchOutcome:
+    def write(self, records: Sequence[Record], *, fresh: bool = False) -> BatchOutcome:
         """Archive one delivered batch of this partition. Returns only when every record is in a
         ledger-accepted segment (raw or dead-letter), so the caller may let offsets commit."""
         outcome = BatchOutcome(records_in=len(records))
-        state = self.recover(outcome)
+        state = self.recover(outcome, fresh=fresh)
+        version = state.version
         state = self.stage(records, state, outcome)
+        if state.version != version:  # just written: the stored state, safe to collect against
+            self.collect_garbage(state, outcome)
         state = self.rotate(state, outcome)
         self.flush(state, outcome)
         return outcome
 
     def maintain(self) -> BatchOutcome:
-        """Recover, then seal and flush whatever is due (idle buffers past max age)."""
-        return self.write(())
+        """Recover from a fresh read, then seal and flush whatever is due (idle buffers past
+        max age). The sweeper's entry point."""
+        return self.write((), fresh=True)
+
+    # -- state --------------------------------------------------------------------------------
+
+    def _load(self) -> PartitionState:
+        return self._remember(self._ledger.load(self.stream.name, self.partition))
+
+    def _remember(self, state: PartitionState) -> PartitionState:
+        self._cache[self._key] = state
+        return state
+
+    def _winner(self, conflict: LedgerConflictError) -> PartitionState:
+        current = conflict.current
+        return self._remember(current) if isinstance(current, PartitionState) else self._load()
 
     # -- recover ------------------------------------------------------------------------------
 
-    def recover(self, outcome: BatchOutcome) -> PartitionState:
-        state = self._ledger.load(self.stream.name, self.partition)
+    def recover(self, outcome: BatchOutcome, *, fresh: bool = False) -> PartitionState:
+        cached = None if fresh else self._cache.get(self._key)
+        state = cached if cached is not None else self._load()
         if state.sealed:
             logger.info("resuming sealed flushes", extra={**self._log, "flushes": sorted(state.sealed)})
             state = self.flush(state, outcome, resumed=True)
-        self.collect_garbage(state, outcome)
+        if cached is None:
+            self.collect_garbage(state, outcome)
         return state
 
     def collect_garbage(self, state: PartitionState, outcome: BatchOutcome) -> None:
@@ -138,7 +164,7 @@ class PartitionWriter:
                 written.append((key, ref))
             accepted = state.accept(written, fresh[-1][0], now)
             try:
-                state = self._ledger.save(accepted, state)
+                state = self._remember(self._ledger.save(accepted, state))
             except LedgerConflictError as conflict:
                 outcome.conflicts += 1
                 logger.warning(
@@ -146,12 +172,7 @@ class PartitionWriter:
                 )
                 for _key, ref in written:  # a loser's segment is garbage: never read, deleted now
                     self._staging.delete(self.stream.name, self.partition, ref.name)
-                current = conflict.current
-                state = (
-                    current
-                    if isinstance(current, PartitionState)
-                    else self._ledger.load(self.stream.name, self.partition)
-                )
+                state = self._winner(conflict)
                 continue
             self._crash.hit(AFTER_ACCEPT)
             outcome.staged += len(fresh)
@@ -179,10 +200,10 @@ class PartitionWriter:
                 return state
             sealed = state.seal(due, lambda buffer: self.stream.object_key(self.partition, buffer), now)
             try:
-                state = self._ledger.save(sealed, state)
-            except LedgerConflictError:
+                state = self._remember(self._ledger.save(sealed, state))
+            except LedgerConflictError as conflict:
                 outcome.conflicts += 1
-                state = self._ledger.load(self.stream.name, self.partition)
+                state = self._winner(conflict)
                 continue
             self._crash.hit(AFTER_SEAL)
             logger.info("sealed buffers", extra={**self._log, "sealed": due})
@@ -202,8 +223,8 @@ class PartitionWriter:
                 state = self._flush_one(flush, state, outcome, resumed)
             except (CorruptSegmentError, DoubleCommitError):
                 raise
-            except Exception as exc:
-                state = self._ledger.load(self.stream.name, self.partition)
+            except Exception as exc:  # the flush stays sealed; a later run resumes it
+                state = self._load()
                 if flush_id not in state.sealed:
                     logger.info("flush finished by a concurrent writer", extra={**self._log, "flush": flush_id})
                     continue
@@ -257,11 +278,11 @@ class PartitionWriter:
         )
         for _attempt in range(self.stream.archive.max_accept_attempts):
             try:
-                state = self._ledger.commit(state.commit(flush.flush_id, now), state, committed)
+                state = self._remember(self._ledger.commit(state.commit(flush.flush_id, now), state, committed))
                 break
             except LedgerConflictError:
                 outcome.conflicts += 1
-                state = self._ledger.load(self.stream.name, self.partition)
+                state = self._load()
                 if flush.flush_id not in state.sealed:
                     return state  # a concurrent writer committed the identical object
         else:
