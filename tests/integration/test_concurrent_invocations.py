@@ -19,21 +19,22 @@ def test_two_concurrent_invocations_many_rounds(archive):
     errors: list[BaseException] = []
     start = 0
     rounds = 0
+    # Two warm containers, each keeping its (soon stale) ledger state between rounds.
+    containers = [Archiver(archive.runtime(config)), Archiver(archive.runtime(config))]
     while start < len(records):
         barrier = threading.Barrier(2)
         # A rebalance overlap: the old and the new owner both got the same uncommitted batch,
         # one of them a little more.
         batches = [records[start : start + 30], records[start : start + 45]]
 
-        def run(batch, barrier=barrier):
-            archiver = Archiver(archive.runtime(config))
+        def run(archiver, batch, barrier=barrier):
             barrier.wait()
             try:
                 outcomes.append(archiver.handle(msk_event(batch))["orders"])
             except BaseException as exc:  # noqa: BLE001 - reported below
                 errors.append(exc)
 
-        threads = [threading.Thread(target=run, args=(batch,)) for batch in batches]
+        threads = [threading.Thread(target=run, args=pair) for pair in zip(containers, batches, strict=True)]
         for thread in threads:
             thread.start()
         for thread in threads:
