@@ -8,7 +8,7 @@ reason. It therefore gets the same exactly-once treatment as archived records.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import orjson
 
@@ -32,8 +32,7 @@ class Rejected(Exception):
         self.detail = detail
 
 
-@dataclass(frozen=True, slots=True)
-class Routed:
+class Routed(NamedTuple):
     buffer: BufferKey
     frame: bytes
     reason: str  # "" for archived records, else the dead-letter reason code
@@ -49,6 +48,13 @@ class Router:
         self._key_text = stream.encoding.key == "text"
         self._headers_text = stream.encoding.headers == "text"
         self._needs_parse = stream.event_time.source == "json_field"
+        self._keys: dict[tuple[str, str], BufferKey] = {}
+
+    def _key(self, kind: str, hour: str) -> BufferKey:
+        key = self._keys.get((kind, hour))
+        if key is None:
+            key = self._keys[(kind, hour)] = BufferKey(kind, hour)
+        return key
 
     def _check(self, record: Record) -> object:
         """Validate the record's bytes; return the parsed JSON value when the stream needs it."""
@@ -87,7 +93,7 @@ class Router:
         frame = encode_frame(
             RAW, record.offset, record.timestamp_ms, event_ms, record.key, record.value, record.headers
         )
-        return Routed(BufferKey(RAW_KIND, self._hours.label(event_ms)), frame, "")
+        return Routed(self._key(RAW_KIND, self._hours.label(event_ms)), frame, "")
 
     def dead_letter(self, record: Record, reason: str, detail: str) -> Routed:
         filed_ms = record.timestamp_ms if record.timestamp_ms >= 0 else self._clock.now_ms()
@@ -101,4 +107,4 @@ class Router:
             record.headers,
             reason=f"{reason}: {detail}"[:1000],
         )
-        return Routed(BufferKey(ERRORS_KIND, self._hours.label(filed_ms)), frame, reason)
+        return Routed(self._key(ERRORS_KIND, self._hours.label(filed_ms)), frame, reason)

@@ -90,11 +90,23 @@ class JsonLinesFormat:
         count = 0
         if self.compression == "gzip":
             with gzip.GzipFile(filename="", mode="wb", fileobj=out, compresslevel=self.gzip_level, mtime=0) as gz:
-                for line in self.lines(frames, context):
-                    gz.write(line)
-                    count += 1
+                count = _write_chunked(self.lines(frames, context), gz)
         else:
-            for line in self.lines(frames, context):
-                out.write(line)
-                count += 1
+            count = _write_chunked(self.lines(frames, context), out)
         return count
+
+
+def _write_chunked(lines: Iterable[bytes], out: BinaryIO | gzip.GzipFile, chunk_lines: int = 512) -> int:
+    """Write lines in chunks: one compressor call per few hundred records, not per record."""
+    count = 0
+    pending: list[bytes] = []
+    for line in lines:
+        pending.append(line)
+        if len(pending) == chunk_lines:
+            out.write(b"".join(pending))
+            count += len(pending)
+            pending.clear()
+    if pending:
+        out.write(b"".join(pending))
+        count += len(pending)
+    return count

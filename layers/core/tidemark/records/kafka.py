@@ -7,7 +7,6 @@ delivery order.
 
 from __future__ import annotations
 
-import base64
 import binascii
 import re
 from collections.abc import Mapping
@@ -38,46 +37,47 @@ def _require(condition: bool, message: str) -> None:
         raise MalformedEventError(message)
 
 
-def _convert(raw: KafkaEventRecord, where: str) -> Record:
+def _is_count(number: object) -> bool:
+    return type(number) is int and number >= 0
+
+
+def _convert(raw: KafkaEventRecord, position: int, topics: set[str]) -> Record:
+    # Hot path: one call per record, so checks are plain ``if``s and messages are only
+    # formatted when something is wrong.
     try:
         topic, partition, offset, timestamp = raw.topic, raw.partition, raw.offset, raw.timestamp
     except KeyError as exc:
-        raise MalformedEventError(f"{where}: missing field {exc.args[0]!r}") from None
-    _require(isinstance(topic, str) and bool(_TOPIC.fullmatch(topic)), f"{where}: invalid topic name {topic!r}")
+        raise MalformedEventError(f"record #{position}: missing field {exc.args[0]!r}") from None
+    if topic not in topics:  # validate each distinct topic name once per event
+        if not (isinstance(topic, str) and _TOPIC.fullmatch(topic)):
+            raise MalformedEventError(f"record #{position}: invalid topic name {topic!r}")
+        topics.add(topic)
     for name, number in (("partition", partition), ("offset", offset)):
-        _require(
-            isinstance(number, int) and not isinstance(number, bool) and number >= 0,
-            f"{where}: {name} must be a non-negative integer, got {number!r}",
-        )
+        if not _is_count(number):
+            raise MalformedEventError(f"record #{position}: {name} must be a non-negative integer, got {number!r}")
     # Kafka uses -1 for "no timestamp"; such a record is dead-lettered later, never rejected here.
-    _require(
-        isinstance(timestamp, int) and not isinstance(timestamp, bool),
-        f"{where}: timestamp must be an integer, got {timestamp!r}",
-    )
+    if type(timestamp) is not int:
+        raise MalformedEventError(f"record #{position}: timestamp must be an integer, got {timestamp!r}")
     try:
         # Strict decoding: the ESM always sends valid base64, so anything else is not its event.
         encoded_value, encoded_key = raw.get("value"), raw.key
-        value = b"" if encoded_value is None else base64.b64decode(encoded_value, validate=True)
-        key = None if encoded_key is None else base64.b64decode(encoded_key, validate=True)
+        value = b"" if encoded_value is None else binascii.a2b_base64(encoded_value, strict_mode=True)
+        key = None if encoded_key is None else binascii.a2b_base64(encoded_key, strict_mode=True)
     except (binascii.Error, TypeError, ValueError) as exc:
-        raise MalformedEventError(f"{where}: key/value is not valid base64 ({exc})") from None
+        raise MalformedEventError(f"record #{position}: key/value is not valid base64 ({exc})") from None
+    raw_headers = raw.get("headers")
+    if not raw_headers:
+        return Record(topic, partition, offset, timestamp, value, key)
     headers: list[tuple[str, bytes]] = []
-    for chunk in raw.get("headers") or ():
-        _require(isinstance(chunk, Mapping), f"{where}: each header must be an object")
+    for chunk in raw_headers:
+        if not isinstance(chunk, Mapping):
+            raise MalformedEventError(f"record #{position}: each header must be an object")
         for name, data in chunk.items():
             try:
                 headers.append((str(name), decode_header_bytes(data)))  # type: ignore[no-untyped-call]
             except (TypeError, ValueError) as exc:
-                raise MalformedEventError(f"{where}: header {name!r} is not a byte array ({exc})") from None
-    return Record(
-        topic=topic,
-        partition=partition,
-        offset=offset,
-        timestamp_ms=timestamp,
-        value=value,
-        key=key,
-        headers=tuple(headers),
-    )
+                raise MalformedEventError(f"record #{position}: header {name!r} is not a byte array ({exc})") from None
+    return Record(topic, partition, offset, timestamp, value, key, tuple(headers))
 
 
 def parse_kafka_event(event: Any) -> list[PartitionBatch]:
@@ -96,8 +96,9 @@ def parse_kafka_event(event: Any) -> list[PartitionBatch]:
         _require(isinstance(chunk, list), f"event.records group #{index} must be a list")
         for raw_record in chunk:
             _require(isinstance(raw_record, Mapping), f"event.records group #{index} holds a non-object")
+    topics: set[str] = set()
     for position, raw in enumerate(kafka_event.records):
-        record = _convert(raw, f"record #{position}")
+        record = _convert(raw, position, topics)
         batch = batches.get((record.topic, record.partition))
         if batch is None:
             batch = batches[(record.topic, record.partition)] = PartitionBatch(record.topic, record.partition, [])

@@ -15,7 +15,7 @@ from __future__ import annotations
 import struct
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 RAW = 0
 DEAD_LETTER = 1
@@ -37,8 +37,7 @@ class TornFrameError(ValueError):
         self.position = position
 
 
-@dataclass(slots=True, frozen=True)
-class Frame:
+class Frame(NamedTuple):
     kind: int
     offset: int
     timestamp_ms: int
