@@ -65,6 +65,8 @@ def _from_iso(text: str, zone: ZoneInfo) -> int:
 
 def parse_time_value(value: Any, fmt: str, zone: ZoneInfo) -> int:
     """Interpret a field or header value as epoch milliseconds."""
+    if type(value) is int and fmt != "iso8601":  # the common case, checked first
+        return _from_number(value, fmt)
     if isinstance(value, bool) or value is None:
         raise EventTimeError(INVALID_EVENT_TIME, f"{value!r} is not a time")
     if isinstance(value, int | float):

@@ -74,7 +74,13 @@ def _convert(raw: KafkaEventRecord, position: int, topics: set[str]) -> Record:
             raise MalformedEventError(f"record #{position}: each header must be an object")
         for name, data in chunk.items():
             try:
-                headers.append((str(name), decode_header_bytes(data)))  # type: ignore[no-untyped-call]
+                if type(data) is not list:
+                    raise TypeError(f"expected a list of byte values, got {type(data).__name__}")
+                try:
+                    decoded = bytes(data)  # unsigned byte values: the common case
+                except ValueError:
+                    decoded = decode_header_bytes(data)  # type: ignore[no-untyped-call]  # Java's signed bytes
+                headers.append((str(name), decoded))
             except (TypeError, ValueError) as exc:
                 raise MalformedEventError(f"record #{position}: header {name!r} is not a byte array ({exc})") from None
     return Record(topic, partition, offset, timestamp, value, key, tuple(headers))
