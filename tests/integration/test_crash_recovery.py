@@ -8,15 +8,7 @@ import pytest
 from tests.support.harness import EsmModel, RunOtherAt, small_config
 from tests.support.workload import make_orders
 from tidemark.faults import (
-    AFTER_ACCEPT,
-    AFTER_COMMIT,
-    AFTER_SEAL,
-    AFTER_SEGMENT_WRITE,
-    AFTER_UPLOAD,
     ALL_CRASH_POINTS,
-    BEFORE_SEGMENT_WRITE,
-    BEFORE_UPLOAD,
-    DURING_CLEANUP,
     DURING_SEGMENT_WRITE,
     CrashAt,
 )
@@ -123,19 +115,7 @@ def test_duplicates_are_counted(archive):
     assert (again.records_in, again.staged, again.duplicates) == (25, 10, 15)
 
 
-@pytest.mark.parametrize(
-    "point",
-    [
-        AFTER_SEGMENT_WRITE,
-        AFTER_ACCEPT,
-        AFTER_SEAL,
-        BEFORE_UPLOAD,
-        AFTER_UPLOAD,
-        AFTER_COMMIT,
-        DURING_CLEANUP,
-        BEFORE_SEGMENT_WRITE,
-    ],
-)
+@pytest.mark.parametrize("point", ALL_CRASH_POINTS)
 def test_second_invocation_runs_inside_the_first(archive, point):
     """Two invocations on one partition (a rebalance overlap): when A reaches ``point``, B runs a
     whole overlapping batch, then A carries on. The ledger's fence keeps each record once."""
