@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
+from itertools import pairwise
 from typing import BinaryIO
 
 from tidemark.buffers import BufferKey
@@ -34,6 +35,7 @@ from tidemark.ledger.base import Ledger
 from tidemark.ledger.model import CommittedObject, PartitionState, SealedFlush
 from tidemark.objects.writer import ObjectStore
 from tidemark.records.model import Record
+from tidemark.routing import Routed
 from tidemark.staging.frames import Frame
 from tidemark.staging.store import SegmentRef, SegmentStore
 from tidemark.writer.outcome import BatchOutcome, FlushOutcome
@@ -141,34 +143,21 @@ class PartitionWriter:
         """Invariants 1-3 and 6: dedupe, write fenced immutable segments, ledger accept."""
         if not records:
             return state
-        unique: dict[int, Record] = {}
-        for record in records:
-            unique.setdefault(record.offset, record)
-        ordered = sorted(unique.values(), key=lambda record: record.offset)
-        router = self.stream.router
-        routed = [(record.offset, router.route(record)) for record in ordered if record.offset > state.staged_offset]
+        routed = self._route_new(records, state.staged_offset)
         attempts = self.stream.archive.max_accept_attempts
         for _attempt in range(attempts):
-            fresh = [(offset, item) for offset, item in routed if offset > state.staged_offset]
+            fresh = [pair for pair in routed if pair[0] > state.staged_offset]
             if not fresh:
                 break
-            groups: dict[BufferKey, list[tuple[int, bytes]]] = {}
-            for offset, item in fresh:
-                groups.setdefault(item.buffer, []).append((offset, item.frame))
             now = self._clock.now_ms()
-            written: list[tuple[BufferKey, SegmentRef]] = []
-            for key, frames in groups.items():
-                ref = self._staging.write(
-                    self.stream.name, self.partition, key, [f for _, f in frames], frames[0][0], frames[-1][0], now
-                )
-                written.append((key, ref))
+            written = self._write_segments(fresh, now)
             accepted = state.accept(written, fresh[-1][0], now)
             try:
                 state = self._remember(self._ledger.save(accepted, state))
             except LedgerConflictError as conflict:
                 outcome.conflicts += 1
                 logger.warning(
-                    "accept lost to a concurrent writer; retrying", extra={**self._log, "detail": str(conflict)}
+                    "accept lost to a concurrent writer; retrying", extra={**self._log, "why": str(conflict)}
                 )
                 for _key, ref in written:  # a loser's segment is garbage: never read, deleted now
                     self._staging.delete(self.stream.name, self.partition, ref.name)
@@ -178,9 +167,7 @@ class PartitionWriter:
             outcome.staged += len(fresh)
             outcome.bytes_staged += sum(ref.size for _key, ref in written)
             outcome.segments_written += len(written)
-            for _offset, item in fresh:
-                if item.reason:
-                    outcome.dead_lettered[item.reason] += 1
+            outcome.dead_lettered.update(item.reason for _offset, item in fresh if item.reason)
             break
         else:
             raise StagingConflictError(
@@ -188,6 +175,31 @@ class PartitionWriter:
             )
         outcome.duplicates = outcome.records_in - outcome.staged
         return state
+
+    def _route_new(self, records: Sequence[Record], staged_offset: int) -> list[tuple[int, Routed]]:
+        """Route each offset above ``staged_offset`` once, in offset order (dedupe on entry)."""
+        offsets = [record.offset for record in records]
+        if not all(a < b for a, b in pairwise(offsets)):  # ascending, no repeats: the ESM's norm
+            unique: dict[int, Record] = {}
+            for record in records:
+                unique.setdefault(record.offset, record)
+            records = sorted(unique.values(), key=lambda record: record.offset)
+        route = self.stream.router.route
+        return [(record.offset, route(record)) for record in records if record.offset > staged_offset]
+
+    def _write_segments(self, fresh: list[tuple[int, Routed]], now: int) -> list[tuple[BufferKey, SegmentRef]]:
+        """One immutable, fsync'd segment per buffer the records belong to."""
+        groups: dict[BufferKey, tuple[list[int], list[bytes]]] = {}
+        for offset, item in fresh:
+            group = groups.get(item.buffer)
+            if group is None:
+                group = groups[item.buffer] = ([], [])
+            group[0].append(offset)
+            group[1].append(item.frame)
+        return [
+            (key, self._staging.write(self.stream.name, self.partition, key, frames, offsets[0], offsets[-1], now))
+            for key, (offsets, frames) in groups.items()
+        ]
 
     # -- rotate -------------------------------------------------------------------------------
 
