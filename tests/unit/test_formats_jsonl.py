@@ -199,3 +199,35 @@ def test_format_properties_and_factory() -> None:
 def test_gzip_level_changes_nothing_but_the_compressed_bytes() -> None:
     fast, best = render(FRAMES, fmt=JsonLinesFormat(gzip_level=1)), render(FRAMES, fmt=JsonLinesFormat(gzip_level=9))
     assert gzip.decompress(fast) == gzip.decompress(best)
+
+
+@pytest.mark.parametrize("value_encoding", ["json", "text", "bytes"])
+@pytest.mark.parametrize("key_encoding", ["text", "bytes"])
+def test_byte_template_equals_the_envelope_serialised_by_orjson(value_encoding: str, key_encoding: str) -> None:
+    """The fast path renders from a byte template; it must equal orjson's rendering of the
+    envelope dict, escapes included (quotes, backslashes, control and non-ASCII characters)."""
+    import orjson
+
+    context = RenderContext('to"p\\ic', 7, key_encoding=key_encoding, value_encoding=value_encoding)
+    key = 'k"\\\n\u00e9\u2028'.encode()
+    value = b'{"s":"a\\"b\\\\c\\u0001","n":[1,2.50,-0]}' if value_encoding == "json" else 'v"\\\t\u00fc'.encode()
+    headers = (('h"1', b"x\\y"), ("h2", "\u00e9".encode()))
+    frame = Frame(RAW, 42, TS, EVENT, key, value, headers)
+    (line,) = JsonLinesFormat("none").lines([frame], context)
+
+    def as_string(data: bytes, encoding: str) -> str:
+        return data.decode() if encoding == "text" else base64.b64encode(data).decode()
+
+    expected_value: Any = orjson.Fragment(value) if value_encoding == "json" else as_string(value, value_encoding)
+    envelope = {
+        "topic": context.topic,
+        "partition": 7,
+        "offset": 42,
+        "timestamp": TS,
+        "event_time": "2026-11-21T07:12:33.123Z",
+        "key": as_string(key, key_encoding),
+        "value": expected_value,
+        "headers": [{"key": name, "value": data.decode()} for name, data in headers],
+    }
+    assert line == orjson.dumps(envelope, option=orjson.OPT_APPEND_NEWLINE)
+    assert json.loads(line)["topic"] == 'to"p\\ic'

@@ -172,7 +172,16 @@ def hour_path(label: str) -> str:
     return f"{label[0:4]}/{label[5:7]}/{label[8:10]}/{label[11:13]}"
 
 
+_ISO_SECONDS: dict[int, str] = {}
+
+
 def iso_utc(ms: int) -> str:
-    """Epoch ms -> ``2026-11-21T07:12:33.123Z``."""
-    moment = _EPOCH + timedelta(milliseconds=ms)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+    """Epoch ms -> ``2026-11-21T07:12:33.123Z`` (the seconds part is cached: records of one
+    object share few distinct seconds, and ``strftime`` dominates rendering otherwise)."""
+    seconds, millis = divmod(ms, 1000)
+    prefix = _ISO_SECONDS.get(seconds)
+    if prefix is None:
+        if len(_ISO_SECONDS) > 100_000:
+            _ISO_SECONDS.clear()
+        prefix = _ISO_SECONDS[seconds] = (_EPOCH + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%S.")
+    return f"{prefix}{millis:03d}Z"

@@ -30,20 +30,32 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
-def _json_value(data: bytes) -> Any:
+def _json_value(data: bytes) -> bytes:
     # Validated as JSON when staged. Raw newlines can only be insignificant whitespace in valid
     # JSON (inside strings they must be escaped), so blanking them keeps the value on one line
     # and every original token (big integers included) byte-exact.
     if b"\n" in data or b"\r" in data:
         data = data.replace(b"\r", b" ").replace(b"\n", b" ")
-    return orjson.Fragment(data)
+    return data
+
+
+def _text_value(data: bytes) -> bytes:
+    return orjson.dumps(data.decode("utf-8"))
+
+
+def _b64_value(data: bytes) -> bytes:
+    return orjson.dumps(_b64(data))
 
 
 def _text(data: bytes) -> str:
     return data.decode("utf-8")
 
 
-_RENDER: dict[str, Callable[[bytes], Any]] = {"json": _json_value, "text": _text, "bytes": _b64}
+# Each renders the bytes of a JSON value for the envelope.
+_VALUE: dict[str, Callable[[bytes], bytes]] = {"json": _json_value, "text": _text_value, "bytes": _b64_value}
+# Each renders a key or header value as a Python string (orjson escapes it).
+_STRING: dict[str, Callable[[bytes], str]] = {"text": _text, "bytes": _b64}
+_RAW_LINE = b'%b"offset":%d,"timestamp":%d,"event_time":"%b","key":%b,"value":%b,"headers":%b}\n'
 
 
 class JsonLinesFormat:
@@ -57,10 +69,15 @@ class JsonLinesFormat:
         self.extension = "jsonl.gz" if compression == "gzip" else "jsonl"
 
     def lines(self, frames: Iterable[Frame], context: RenderContext) -> Iterable[bytes]:
-        value = _RENDER[context.value_encoding]
-        key = _RENDER[context.key_encoding]
-        header = _RENDER[context.header_encoding]
+        value = _VALUE[context.value_encoding]
+        key = _STRING[context.key_encoding]
+        header = _STRING[context.header_encoding]
         topic, partition = context.topic, context.partition
+        # Archived records are rendered from a byte template (every variable part comes from
+        # orjson, an int or a fixed-format timestamp): the same bytes ``orjson.dumps`` of the
+        # envelope dict gives, several times faster.
+        head = b'{"topic":%b,"partition":%d,' % (orjson.dumps(topic), partition)
+        dumps = orjson.dumps
         for frame in frames:
             if frame.kind == DEAD_LETTER:
                 envelope: dict[str, Any] = {
@@ -73,18 +90,19 @@ class JsonLinesFormat:
                     "value_base64": _b64(frame.value),
                     "headers": [{"key": name, "value_base64": _b64(data)} for name, data in frame.headers],
                 }
-            else:
-                envelope = {
-                    "topic": topic,
-                    "partition": partition,
-                    "offset": frame.offset,
-                    "timestamp": frame.timestamp_ms,
-                    "event_time": iso_utc(frame.event_time_ms),
-                    "key": None if frame.key is None else key(frame.key),
-                    "value": value(frame.value),
-                    "headers": [{"key": name, "value": header(data)} for name, data in frame.headers],
-                }
-            yield orjson.dumps(envelope, option=orjson.OPT_APPEND_NEWLINE)
+                yield dumps(envelope, option=orjson.OPT_APPEND_NEWLINE)
+                continue
+            yield _RAW_LINE % (
+                head,
+                frame.offset,
+                frame.timestamp_ms,
+                iso_utc(frame.event_time_ms).encode("ascii"),
+                b"null" if frame.key is None else dumps(key(frame.key)),
+                value(frame.value),
+                dumps([{"key": name, "value": header(data)} for name, data in frame.headers])
+                if frame.headers
+                else b"[]",
+            )
 
     def write(self, frames: Iterable[Frame], context: RenderContext, out: BinaryIO) -> int:
         count = 0

@@ -26,7 +26,9 @@ _PREFIX = struct.Struct("<2sI")
 _BODY = struct.Struct("<Bqqqiii")
 _U16 = struct.Struct("<H")
 _HEADER_ITEM = struct.Struct("<HI")
+_HEADER = struct.Struct("<2sIBqqqiii")  # prefix + body, unpacked in one call
 HEADER_SIZE = _PREFIX.size + _BODY.size
+assert _HEADER.size == HEADER_SIZE
 
 
 class TornFrameError(ValueError):
@@ -99,33 +101,35 @@ def encode_frame(
 def decode_frames(data: bytes) -> list[Frame]:
     """Decode a whole segment; raise :class:`TornFrameError` at the first bad frame."""
     frames: list[Frame] = []
+    append = frames.append
+    unpack_header = _HEADER.unpack_from
+    crc32 = zlib.crc32
     view = memoryview(data)
     pos, end = 0, len(data)
     while pos < end:
         if end - pos < HEADER_SIZE:
             raise TornFrameError(pos, f"{end - pos} bytes left, a frame header needs {HEADER_SIZE}")
-        magic, crc = _PREFIX.unpack_from(data, pos)
+        magic, crc, kind, offset, timestamp, event_time, key_len, value_len, meta_len = unpack_header(data, pos)
         if magic != MAGIC:
             raise TornFrameError(pos, "bad magic")
-        kind, offset, timestamp, event_time, key_len, value_len, meta_len = _BODY.unpack_from(data, pos + _PREFIX.size)
-        if kind not in (RAW, DEAD_LETTER) or value_len < 0 or meta_len < 0 or key_len < -1:
+        if kind > DEAD_LETTER or value_len < 0 or meta_len < 0 or key_len < -1:
             raise TornFrameError(pos, "bad header fields")
-        body_end = pos + HEADER_SIZE + max(key_len, 0) + value_len + meta_len
+        cursor = pos + HEADER_SIZE
+        value_start = cursor + key_len if key_len > 0 else cursor
+        meta_start = value_start + value_len
+        body_end = meta_start + meta_len
         if body_end > end:
             raise TornFrameError(pos, "frame runs past the end of the segment")
-        if zlib.crc32(view[pos + _PREFIX.size : body_end]) != crc:
+        if crc32(view[pos + _PREFIX.size : body_end]) != crc:
             raise TornFrameError(pos, "checksum mismatch")
-        cursor = pos + HEADER_SIZE
-        key = None
-        if key_len >= 0:
-            key = data[cursor : cursor + key_len]
-            cursor += key_len
-        value = data[cursor : cursor + value_len]
-        cursor += value_len
-        try:
-            reason, headers = ("", ()) if meta_len == 0 else _decode_meta(data[cursor:body_end])
-        except (struct.error, ValueError) as exc:  # UnicodeDecodeError is a ValueError
-            raise TornFrameError(pos, f"bad metadata ({exc})") from None
-        frames.append(Frame(kind, offset, timestamp, event_time, key, value, headers, reason))
+        key = None if key_len < 0 else data[cursor:value_start]
+        if meta_len:
+            try:
+                reason, headers = _decode_meta(data[meta_start:body_end])
+            except (struct.error, ValueError) as exc:  # UnicodeDecodeError is a ValueError
+                raise TornFrameError(pos, f"bad metadata ({exc})") from None
+            append(Frame(kind, offset, timestamp, event_time, key, data[value_start:meta_start], headers, reason))
+        else:
+            append(Frame(kind, offset, timestamp, event_time, key, data[value_start:meta_start]))
         pos = body_end
     return frames
