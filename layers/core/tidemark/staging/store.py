@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
+from collections.abc import Set
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -124,13 +125,15 @@ class SegmentStore:
             )
         return frames
 
-    def segments(self, stream: str, partition: int) -> list[SegmentFile]:
+    def segments(self, stream: str, partition: int, *, excluding: Set[str] = frozenset()) -> list[SegmentFile]:
+        """Segment files of the partition, in offset order, leaving out the names in ``excluding``
+        (cheaply: garbage collection passes the ledger's referenced set, usually all of them)."""
         directory = self.partition_dir(stream, partition)
         try:
             names = os.listdir(directory)
         except FileNotFoundError:
             return []
-        found = (parse_segment_name(name) for name in names)
+        found = (parse_segment_name(name) for name in names if name not in excluding)
         return sorted((segment for segment in found if segment is not None), key=lambda s: (s.first, s.name))
 
     def delete(self, stream: str, partition: int, name: str) -> bool:

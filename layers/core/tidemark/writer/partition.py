@@ -128,9 +128,7 @@ class PartitionWriter:
         """
         referenced = state.referenced_segments()
         now, grace = self._clock.now_ms(), self.stream.archive.segment_grace_ms
-        for segment in self._staging.segments(self.stream.name, self.partition):
-            if segment.name in referenced:
-                continue
+        for segment in self._staging.segments(self.stream.name, self.partition, excluding=referenced):
             never_acceptable = segment.first <= state.staged_offset
             if (never_acceptable or now - segment.created_ms > grace) and self._staging.delete(
                 self.stream.name, self.partition, segment.name
