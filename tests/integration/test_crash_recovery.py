@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.harness import EsmModel, RunOtherAt, small_config
+from tests.support.harness import EsmModel, RunOtherAt, assert_objects_describe_themselves, small_config
 from tests.support.workload import make_orders
 from tidemark.faults import (
     ALL_CRASH_POINTS,
@@ -39,6 +39,7 @@ def assert_exactly_once(archive, esm: EsmModel) -> None:
         "ok": True,
     }
     assert report.archived + report.dead_lettered == report.produced
+    assert_objects_describe_themselves(archive, small_config())
 
 
 def assert_staging_clean(archive) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from functools import partial
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import make_archive
@@ -14,7 +14,7 @@ from tests.support.events import msk_event
 from tests.support.harness import EsmModel, RunOtherAt, small_config
 from tests.support.workload import make_orders
 from tidemark.archiver import Archiver
-from tidemark.faults import ALL_CRASH_POINTS, CrashAt
+from tidemark.faults import AFTER_SEGMENT_WRITE, AFTER_UPLOAD, ALL_CRASH_POINTS, CrashAt
 from tidemark.verify import verify_archive
 
 PARTITIONS = 2
@@ -31,7 +31,11 @@ overlap = st.tuples(
     st.integers(0, 40),
     st.sampled_from(ALL_CRASH_POINTS),
 )
-steps = st.lists(st.one_of(deliver, deliver, tick, sweep, overlap), min_size=1, max_size=14)
+# A sweep (maintain) running inside a writer's window at a crash point.
+sweep_inside = st.tuples(
+    st.just("sweep_inside"), st.integers(0, PARTITIONS - 1), st.integers(1, 60), st.sampled_from(ALL_CRASH_POINTS)
+)
+steps = st.lists(st.one_of(deliver, deliver, tick, sweep, overlap, sweep_inside), min_size=1, max_size=14)
 
 
 @settings(
@@ -40,6 +44,18 @@ steps = st.lists(st.one_of(deliver, deliver, tick, sweep, overlap), min_size=1, 
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(plan=steps, seed=st.integers(0, 10_000), max_records=st.sampled_from([7, 25, 50, 1000]))
+# Pinned cases that random plans reach only rarely (found by mutation testing).
+@example(
+    plan=[("deliver", 0, 20, 0, None), ("tick", 1), ("sweep_inside", 0, 40, AFTER_SEGMENT_WRITE)],
+    seed=4,
+    max_records=1000,
+).via("pinned: sweep inside a writer's accept window")
+@example(plan=[("deliver", 0, 20, 0, None), ("overlap", 0, 60, 10, AFTER_SEGMENT_WRITE)], seed=9, max_records=25).via(
+    "pinned: overlapping invocation inside the accept window"
+)
+@example(plan=[("deliver", 1, 60, 0, (AFTER_UPLOAD, 1)), ("deliver", 1, 60, 0, None)], seed=17, max_records=25).via(
+    "pinned: crash after upload, then a redelivery"
+)
 def test_any_interleaving_is_exactly_once(moto_endpoint, tmp_path_factory, plan, seed, max_records):
     archive = make_archive(moto_endpoint, Path(tmp_path_factory.mktemp("prop")))
     config = small_config(max_records=max_records)
@@ -60,6 +76,10 @@ def test_any_interleaving_is_exactly_once(moto_endpoint, tmp_path_factory, plan,
                 archive.runtime(config, CrashAt(*fault) if fault else None).writer(stream, partition).maintain()
             except BaseException as exc:  # noqa: BLE001 - only simulated crashes may escape
                 assert type(exc).__name__ == "SimulatedCrash"
+        elif kind == "sweep_inside":
+            _, partition, size, point = step
+            sweeper = archive.runtime(config).writer(stream, partition).maintain
+            esm.deliver(esm.batch(partition, size), RunOtherAt(point, sweeper))
         else:
             _, partition, size, rewind, point = step
             other = partial(Archiver(archive.runtime(config)).handle, msk_event(esm.batch(partition, size, rewind)))

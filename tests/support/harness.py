@@ -7,11 +7,13 @@ simulated crash). It can also rewind (a rebalance redelivering already committed
 
 from __future__ import annotations
 
+import gzip
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
 import yaml
 
 from tests.support.events import msk_event
@@ -19,6 +21,7 @@ from tests.support.workload import Workload
 from tidemark.archiver import Archiver
 from tidemark.config import TidemarkConfig, parse_config
 from tidemark.faults import CrashPoints, SimulatedCrash
+from tidemark.objects.writer import META_RECORDS, META_SHA256
 from tidemark.records.model import Record
 from tidemark.runtime import Runtime
 
@@ -102,3 +105,30 @@ class EsmModel:
         for partition in self.workload.records:
             while self.pending(partition):
                 assert self.deliver(self.batch(partition, size)), "delivery without faults must succeed"
+
+
+def assert_objects_describe_themselves(archive, config) -> None:
+    """Every object holds exactly the offset range its key names and the count its metadata
+    says, and the ledger recorded exactly these objects with these digests."""
+    s3, bucket = archive.s3, archive.bucket
+    keys = [
+        o["Key"]
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket)
+        for o in page.get("Contents", [])
+    ]
+    assert keys
+    runtime = archive.runtime(config)
+    committed = {}
+    for key in keys:
+        obj = s3.get_object(Bucket=bucket, Key=key)
+        lines = gzip.decompress(obj["Body"].read()).splitlines()
+        offsets = [orjson.loads(line)["offset"] for line in lines]
+        first, last = (int(part) for part in key.rsplit("+", 1)[1].split(".", 1)[0].split("-"))
+        assert (offsets[0], offsets[-1]) == (first, last), key
+        assert offsets == sorted(set(offsets)), key
+        assert int(obj["Metadata"][META_RECORDS]) == len(offsets), key
+        hour = "{}-{}-{}T{}".format(*key.split("/")[2:6])
+        for item in runtime.ledger.committed_objects("orders", hour):
+            committed[item.key] = item
+        assert committed[key].sha256 == obj["Metadata"][META_SHA256], key
+    assert sorted(committed) == sorted(keys)
