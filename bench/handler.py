@@ -263,6 +263,7 @@ class MotoTimer:
 @dataclass(slots=True)
 class PassResult:
     seconds: float
+    batch_seconds: list[float]  # per batch, in order
     value_bytes: int
     digest: str
     rss_mb_after_warmup: float
@@ -280,6 +281,7 @@ def run_pass(
     """Build each batch (untimed), then time ``call`` on it; the sum of the calls is the pass time.
     ``between`` runs untimed after every batch (harness housekeeping)."""
     elapsed = 0.0
+    batch_seconds: list[float] = []
     value_bytes = 0
     digest = hashlib.sha256()
     warmup = max(workload.batches // 10, 1)
@@ -295,7 +297,9 @@ def run_pass(
             profiler.enable()
         started = time.perf_counter()
         call(index, event)
-        elapsed += time.perf_counter() - started
+        took = time.perf_counter() - started
+        elapsed += took
+        batch_seconds.append(took)
         if profiler is not None:
             profiler.disable()
         del event
@@ -309,7 +313,7 @@ def run_pass(
                 f"{label}: {index + 1}/{workload.batches} batches, {done / elapsed:,.0f} records/s, "
                 f"rss {current_rss_mb():.1f} MiB"
             )
-    return PassResult(elapsed, value_bytes, digest.hexdigest(), rss_after_warmup, current_rss_mb())
+    return PassResult(elapsed, batch_seconds, value_bytes, digest.hexdigest(), rss_after_warmup, current_rss_mb())
 
 
 def baseline_call(target: io.BufferedWriter) -> Callable[[int, dict[str, Any]], None]:
@@ -327,8 +331,9 @@ def baseline_call(target: io.BufferedWriter) -> Callable[[int, dict[str, Any]], 
 
 
 def handler_call(
-    module: ModuleType, sink: io.TextIOBase, moto_timer: MotoTimer
+    module: ModuleType, sink: io.TextIOBase, moto_timer: MotoTimer, flushing_batches: set[int]
 ) -> Callable[[int, dict[str, Any]], None]:
+    """Invoke the handler; note which batches also flushed (committed objects)."""
     lambda_handler = module.lambda_handler
 
     def call(index: int, event: dict[str, Any]) -> None:
@@ -343,6 +348,8 @@ def handler_call(
         summary = response["streams"][STREAM]
         if summary["flush_errors"] or summary["dead_lettered"] or summary["duplicates"]:
             raise AssertionError(f"batch {index}: unexpected outcome {summary!r}")
+        if summary["objects_committed"]:
+            flushing_batches.add(index)
 
     return call
 
@@ -488,9 +495,10 @@ def main(argv: list[str] | None = None) -> int:
             gc.collect()
             rss_start = current_rss_mb()
             item_kb: list[float] = []
+            flushing: set[int] = set()
             handler = run_pass(
                 workload,
-                handler_call(module, sink, moto_timer),
+                handler_call(module, sink, moto_timer, flushing),
                 label="handler",
                 profiler=profiler,
                 between=moto_housekeeping(workload, dynamodb, item_kb),
@@ -513,6 +521,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.profile_out:
             profiler.dump_stats(args.profile_out)
             log(f"raw profile written to {args.profile_out} (python -m pstats {args.profile_out})")
+    # The staging path alone: the batches that flushed nothing, against the baseline's time for
+    # the very same batches.
+    staging_batches = [i for i in range(workload.batches) if i not in flushing]
+    staging_seconds = sum(handler.batch_seconds[i] for i in staging_batches)
+    staging_baseline = sum(baseline.batch_seconds[i] for i in staging_batches)
+    staging_records = len(staging_batches) * workload.batch_size
+    flush_seconds = sum(handler.batch_seconds[i] for i in flushing) - sum(
+        staging_seconds / max(len(staging_batches), 1) for _ in flushing
+    )
     result = {
         "records_per_s": round(workload.records / handler.seconds, 1),
         "mb_per_s": round(handler.value_bytes / 1e6 / handler.seconds, 3),
@@ -538,6 +555,10 @@ def main(argv: list[str] | None = None) -> int:
         "rss_mb_end": round(handler.rss_mb_end, 1),
         "ledger_state_item_kb_max": round(max(item_kb, default=0.0), 1),
         "profiled": bool(args.profile),
+        "staging_records_per_s": round(staging_records / max(staging_seconds, 1e-9), 1),
+        "staging_baseline_ratio": round(staging_seconds / max(staging_baseline, 1e-9), 2),
+        "flushing_batches": len(flushing),
+        "flush_records_per_s": round(accounting["records_committed"] / flush_seconds, 1) if flushing else None,
     }
     print(json.dumps(result), flush=True)
     return 0
