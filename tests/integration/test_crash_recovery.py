@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.harness import EsmModel, RunOtherAt, assert_objects_describe_themselves, small_config
+from tests.support.harness import (
+    EsmModel,
+    RunOtherAt,
+    assert_exactly_once,
+    finish,
+    small_config,
+    staged_files,
+)
 from tests.support.workload import make_orders
 from tidemark.faults import (
     ALL_CRASH_POINTS,
@@ -17,34 +24,8 @@ from tidemark.verify import verify_archive
 BATCH = 40
 
 
-def finish(archive, config, esm: EsmModel) -> None:
-    """Redeliver to the end, then let max age and the grace period pass and run maintenance."""
-    esm.drain(BATCH)
-    archive.clock.advance(minutes=31)
-    runtime = archive.runtime(config)
-    for partition in esm.workload.records:
-        runtime.writer(config.streams[0], partition).maintain()
-
-
-def assert_exactly_once(archive, esm: EsmModel) -> None:
-    report = verify_archive(archive.s3, archive.bucket, "orders", esm.workload.expected)
-    assert report.summary() == {
-        **report.summary(),
-        "produced": len(esm.workload.expected),
-        "lost": 0,
-        "duplicated": 0,
-        "unexpected": 0,
-        "misfiled": 0,
-        "corrupted": 0,
-        "ok": True,
-    }
-    assert report.archived + report.dead_lettered == report.produced
-    assert_objects_describe_themselves(archive, small_config())
-
-
 def assert_staging_clean(archive) -> None:
-    leftovers = sorted(p.name for p in archive.staging_root.rglob("*.seg"))
-    assert leftovers == []
+    assert staged_files(archive) == set()
 
 
 @pytest.mark.parametrize("point", ALL_CRASH_POINTS)
@@ -60,8 +41,8 @@ def test_crash_at_each_point_then_recover(archive, point, nth):
             esm.deliver(esm.batch(partition, BATCH), injector)
     assert injector.fired, f"crash point {point} was never reached"
     assert esm.crashes == 1
-    finish(archive, config, esm)
-    assert_exactly_once(archive, esm)
+    finish(archive, config, esm, BATCH)
+    assert_exactly_once(archive, config, esm)
     assert_staging_clean(archive)
 
 
@@ -81,9 +62,9 @@ def test_torn_segment_is_never_read_and_is_collected(archive):
     # The redelivery stages the same offsets in a new segment; the torn one is now provably
     # garbage (its first offset is at or below the staged offset) and the next run removes it.
     assert esm.deliver(batch)
-    finish(archive, config, esm)
+    finish(archive, config, esm, BATCH)
     assert not torn[0].exists()
-    assert_exactly_once(archive, esm)
+    assert_exactly_once(archive, config, esm)
 
 
 def test_redelivered_and_overlapping_batches(archive):
@@ -98,8 +79,8 @@ def test_redelivered_and_overlapping_batches(archive):
         dup_inside = records[90:110] + records[95:105]  # duplicate offsets inside one batch
         assert esm.deliver(sorted(dup_inside, key=lambda r: r.offset))
         esm.committed[partition] = 110
-    finish(archive, config, esm)
-    assert_exactly_once(archive, esm)
+    finish(archive, config, esm, BATCH)
+    assert_exactly_once(archive, config, esm)
 
 
 def test_duplicates_are_counted(archive):

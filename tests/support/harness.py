@@ -24,6 +24,7 @@ from tidemark.faults import CrashPoints, SimulatedCrash
 from tidemark.objects.writer import META_RECORDS, META_SHA256
 from tidemark.records.model import Record
 from tidemark.runtime import Runtime
+from tidemark.verify import verify_archive
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -132,3 +133,35 @@ def assert_objects_describe_themselves(archive, config) -> None:
             committed[item.key] = item
         assert committed[key].sha256 == obj["Metadata"][META_SHA256], key
     assert sorted(committed) == sorted(keys)
+
+
+def staged_files(archive: Any) -> set[str]:
+    """Names of every segment file left in the staging directory."""
+    return {path.name for path in archive.staging_root.rglob("*.seg")}
+
+
+def finish(archive: Any, config: TidemarkConfig, esm: EsmModel, batch: int = 40) -> None:
+    """Redeliver to the end, then let max age and the grace period pass and run maintenance."""
+    esm.drain(batch)
+    archive.clock.advance(minutes=31)
+    runtime = archive.runtime(config)
+    for partition in esm.workload.records:
+        runtime.writer(config.streams[0], partition).maintain()
+
+
+def assert_exactly_once(archive: Any, config: TidemarkConfig, esm: EsmModel) -> None:
+    """Every produced record exactly once, in its hour (or dead-lettered), value intact; and
+    every object is what its key and the ledger say it is."""
+    report = verify_archive(archive.s3, archive.bucket, "orders", esm.workload.expected)
+    assert report.summary() == {
+        **report.summary(),
+        "produced": len(esm.workload.expected),
+        "lost": 0,
+        "duplicated": 0,
+        "unexpected": 0,
+        "misfiled": 0,
+        "corrupted": 0,
+        "ok": True,
+    }
+    assert report.archived + report.dead_lettered == report.produced
+    assert_objects_describe_themselves(archive, config)
