@@ -39,6 +39,7 @@ class Runtime:
     _streams: dict[str, StreamContext] = field(default_factory=dict, init=False, repr=False)
     # Partition states last read or written by this process (see PartitionWriter).
     _states: dict[tuple[str, int], PartitionState] = field(default_factory=dict, init=False, repr=False)
+    _gc_times: dict[tuple[str, int], int] = field(default_factory=dict, init=False, repr=False)
 
     @classmethod
     def build(
@@ -100,4 +101,5 @@ class Runtime:
             clock=self.clock,
             crash_points=self.crash_points,
             state_cache=self._states,
+            gc_times=self._gc_times,
         )

@@ -43,6 +43,10 @@ from tidemark.writer.stream import StreamContext
 
 logger = logging.getLogger(__name__)
 
+# A warm container lists the staging directory (a network round trip on EFS) at most this often
+# per partition; a cold start and every maintenance run always do.
+GC_INTERVAL_MS = 60_000
+
 
 class PartitionWriter:
     def __init__(
@@ -56,6 +60,7 @@ class PartitionWriter:
         clock: Clock,
         crash_points: CrashPoints | None = None,
         state_cache: dict[tuple[str, int], PartitionState] | None = None,
+        gc_times: dict[tuple[str, int], int] | None = None,
     ) -> None:
         self.stream = stream
         self.partition = partition
@@ -70,6 +75,7 @@ class PartitionWriter:
         # lost write hands back the current state. Garbage collection only ever runs on a
         # state known to be the stored one at that instant (just read or just written).
         self._cache = state_cache if state_cache is not None else {}
+        self._gc_times = gc_times if gc_times is not None else {}
         self._key = (stream.name, partition)
 
     # -- the run ------------------------------------------------------------------------------
@@ -81,7 +87,8 @@ class PartitionWriter:
         state = self.recover(outcome, fresh=fresh)
         version = state.version
         state = self.stage(records, state, outcome)
-        if state.version != version:  # just written: the stored state, safe to collect against
+        just_written = state.version != version  # the stored state right now: safe to collect against
+        if just_written and self._clock.now_ms() - self._gc_times.get(self._key, -GC_INTERVAL_MS) >= GC_INTERVAL_MS:
             self.collect_garbage(state, outcome)
         state = self.rotate(state, outcome)
         self.flush(state, outcome)
@@ -128,6 +135,7 @@ class PartitionWriter:
         """
         referenced = state.referenced_segments()
         now, grace = self._clock.now_ms(), self.stream.archive.segment_grace_ms
+        self._gc_times[self._key] = now
         for segment in self._staging.segments(self.stream.name, self.partition, excluding=referenced):
             never_acceptable = segment.first <= state.staged_offset
             if (never_acceptable or now - segment.created_ms > grace) and self._staging.delete(
