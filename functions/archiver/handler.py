@@ -36,6 +36,7 @@ def emit_metrics(stream: str, outcome: BatchOutcome) -> None:
     metrics.add_metric(name="DeadLettered", unit=MetricUnit.Count, value=sum(outcome.dead_lettered.values()))
     metrics.add_metric(name="ObjectsCommitted", unit=MetricUnit.Count, value=len(outcome.flushes))
     metrics.add_metric(name="FlushErrors", unit=MetricUnit.Count, value=outcome.flush_errors)
+    metrics.add_metric(name="FlushesQuarantined", unit=MetricUnit.Count, value=outcome.quarantined)
     metrics.add_metric(name="LedgerConflicts", unit=MetricUnit.Count, value=outcome.conflicts)
     for flush in outcome.flushes:
         metrics.add_metric(name="FlushLatency", unit=MetricUnit.Milliseconds, value=flush.latency_ms)

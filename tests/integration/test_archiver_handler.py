@@ -63,6 +63,7 @@ def test_msk_sample_event_is_archived_and_measured(handler, archive, capsys):
                 "dead_lettered": 2,
                 "objects_committed": 0,
                 "flush_errors": 0,
+                "quarantined": 0,
             }
         },
     }

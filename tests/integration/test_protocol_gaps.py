@@ -25,8 +25,8 @@ from tests.support.harness import (
 )
 from tests.support.workload import make_orders
 from tidemark.archiver import Archiver
-from tidemark.exceptions import CorruptSegmentError
 from tidemark.faults import AFTER_SEAL, AFTER_SEGMENT_WRITE, AFTER_UPLOAD, BEFORE_UPLOAD, CrashAt
+from tidemark.verify import verify_archive
 
 
 def referenced(runtime, partition: int = 0) -> set[str]:
@@ -177,11 +177,14 @@ def test_reupload_after_crash_is_byte_identical(archive, monkeypatch):
 # -- invariant 3: an accepted segment whose bytes changed is never archived -----------------
 
 
-def test_corrupted_accepted_segment_is_never_archived(archive):
+def test_corrupted_accepted_segment_is_quarantined_never_archived(archive):
+    """A damaged accepted segment: its flush is set aside with its offsets and files kept, nothing
+    of it reaches S3, and the partition's other buffers and later batches keep flowing."""
     config = small_config(max_records=1000)
-    workload = make_orders(partitions=1, per_partition=30, hours=1, seed=5)
+    workload = make_orders(partitions=1, per_partition=60, hours=1, seed=5)
+    records = workload.records[0]
     runtime = archive.runtime(config)
-    Archiver(runtime).handle(msk_event(workload.records[0]))
+    Archiver(runtime).handle(msk_event(records[:30]))
     segment = max(archive.staging_root.rglob("raw_*.seg"), key=lambda path: path.stat().st_size)
     y, m, d, h = segment.name.split("_")[1].replace("T", "-").split("-")
     data = bytearray(segment.read_bytes())
@@ -189,7 +192,33 @@ def test_corrupted_accepted_segment_is_never_archived(archive):
     data[at] ^= 0x01
     segment.write_bytes(bytes(data))
     archive.clock.advance(minutes=16)
-    with pytest.raises(CorruptSegmentError):
-        runtime.writer(config.streams[0], 0).maintain()
+
+    outcome = runtime.writer(config.streams[0], 0).maintain()
+
+    state = runtime.ledger.load("orders", 0)
+    (held,) = state.quarantined.values()
+    assert segment.name in {ref.name for ref in held.flush.buffer.segments}
+    assert "checksum mismatch" in held.error and segment.name in held.error
+    assert outcome.quarantined == 1 and not state.sealed
     folder = f"raw/orders/{y}/{m}/{d}/{h}/"
     assert "Contents" not in archive.s3.list_objects_v2(Bucket=archive.bucket, Prefix=folder)
+    # The damaged files are kept for the operator, through any amount of garbage collection.
+    archive.clock.advance(minutes=60)
+    runtime.writer(config.streams[0], 0).maintain()
+    assert segment.exists()
+    assert {ref.name for ref in held.flush.buffer.segments} <= staged_files(archive)
+    # Later records of the partition are still archived, exactly once.
+    Archiver(runtime).handle(msk_event(records[30:]))
+    archive.clock.advance(minutes=16)
+    runtime.writer(config.streams[0], 0).maintain()
+    buffer = held.flush.buffer
+    quarantined = {
+        item.offset
+        for item in workload.expected
+        if buffer.first <= item.offset <= buffer.last and item.hour == buffer.key.hour
+    }
+    assert len(quarantined) == buffer.records
+    expected = [item for item in workload.expected if item.offset not in quarantined]
+    report = verify_archive(archive.s3, archive.bucket, "orders", expected)
+    assert (report.lost, report.duplicated, report.unexpected, report.misfiled) == ([], [], [], [])
+    assert report.produced == 60 - len(quarantined) > 0

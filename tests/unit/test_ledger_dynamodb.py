@@ -78,6 +78,7 @@ def test_state_to_item_shape() -> None:
         "updated_ms": T0 + 2,
         "open_buffers": 1,
         "sealed_flushes": 1,
+        "quarantined_flushes": 0,
     }
     assert body == {
         "next_seq": 3,
@@ -108,6 +109,7 @@ def test_state_to_item_shape() -> None:
                 "sealed": T0 + 1,
             }
         },
+        "quarantined": {},
     }
 
 
@@ -212,3 +214,12 @@ def test_ledger_table_schema() -> None:
         "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
         "BillingMode": "PAY_PER_REQUEST",
     }
+
+
+def test_quarantined_flushes_round_trip() -> None:
+    state = busy_state()
+    (flush_id,) = state.sealed
+    held = state.quarantine(flush_id, "checksum mismatch", T0 + 5)
+    item = state_to_item(held)
+    assert (item["sealed_flushes"], item["quarantined_flushes"]) == (0, 1)
+    assert state_from_item(_deserialize(_serialize(item))) == held

@@ -226,3 +226,21 @@ def test_versions_increase_by_one_per_transition() -> None:
     state = state.commit("raw/2025-11-21T08#1", T0)
     versions.append(state.version)
     assert versions == [0, 1, 2, 3]
+
+
+def test_quarantine_sets_a_sealed_flush_aside_and_keeps_its_segments_referenced() -> None:
+    state = PartitionState("orders", 0).accept([(RAW_08, seg(0, 9, name="a.seg"))], 9, T0)
+    state = state.seal({"raw/2025-11-21T08": "max_age"}, key_of, T0 + 1)
+    (flush_id,) = state.sealed
+    held = state.quarantine(flush_id, "checksum mismatch in a.seg", T0 + 2)
+    assert (held.version, dict(held.sealed)) == (state.version + 1, {})
+    assert held.quarantined[flush_id].flush == state.sealed[flush_id]
+    assert (held.quarantined[flush_id].error, held.quarantined[flush_id].quarantined_ms) == (
+        "checksum mismatch in a.seg",
+        T0 + 2,
+    )
+    assert held.referenced_segments() == {"a.seg"}  # garbage collection keeps the evidence
+    with pytest.raises(InvalidTransitionError):
+        held.quarantine(flush_id, "again", T0 + 3)
+    with pytest.raises(InvalidTransitionError):
+        held.commit(flush_id, T0 + 3)

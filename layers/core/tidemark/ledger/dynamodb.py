@@ -25,7 +25,7 @@ from botocore.exceptions import ClientError
 from tidemark.buffers import BufferKey
 from tidemark.exceptions import DoubleCommitError, LedgerConflictError
 from tidemark.ledger.base import Ledger
-from tidemark.ledger.model import CommittedObject, OpenBuffer, PartitionState, SealedFlush
+from tidemark.ledger.model import CommittedObject, OpenBuffer, PartitionState, QuarantinedFlush, SealedFlush
 from tidemark.staging.store import SegmentRef
 
 if TYPE_CHECKING:
@@ -86,6 +86,24 @@ def _buffer_from(raw: dict[str, Any]) -> OpenBuffer:
     )
 
 
+def _sealed_to(flush: SealedFlush) -> dict[str, Any]:
+    return {
+        "buffer": _buffer_to(flush.buffer),
+        "object_key": flush.object_key,
+        "reason": flush.reason,
+        "sealed": flush.sealed_ms,
+    }
+
+
+def _sealed_from(raw: dict[str, Any]) -> SealedFlush:
+    return SealedFlush(
+        buffer=_buffer_from(raw["buffer"]),
+        object_key=raw["object_key"],
+        reason=raw["reason"],
+        sealed_ms=int(raw["sealed"]),
+    )
+
+
 def state_to_item(state: PartitionState) -> dict[str, Any]:
     """The state as a plain item (Python values); serialised with boto3's ``TypeSerializer``.
 
@@ -97,14 +115,14 @@ def state_to_item(state: PartitionState) -> dict[str, Any]:
     body = {
         "next_seq": state.next_seq,
         "buffers": {key: _buffer_to(buffer) for key, buffer in state.buffers.items()},
-        "sealed": {
+        "sealed": {flush_id: _sealed_to(flush) for flush_id, flush in state.sealed.items()},
+        "quarantined": {
             flush_id: {
-                "buffer": _buffer_to(flush.buffer),
-                "object_key": flush.object_key,
-                "reason": flush.reason,
-                "sealed": flush.sealed_ms,
+                **_sealed_to(held.flush),
+                "error": held.error,
+                "quarantined": held.quarantined_ms,
             }
-            for flush_id, flush in state.sealed.items()
+            for flush_id, held in state.quarantined.items()
         },
     }
     return {
@@ -117,6 +135,7 @@ def state_to_item(state: PartitionState) -> dict[str, Any]:
         "updated_ms": state.updated_ms,
         "open_buffers": len(state.buffers),
         "sealed_flushes": len(state.sealed),
+        "quarantined_flushes": len(state.quarantined),
         "body": zlib.compress(orjson.dumps(body), 6),
     }
 
@@ -131,14 +150,10 @@ def state_from_item(item: dict[str, Any]) -> PartitionState:
         next_seq=int(body["next_seq"]),
         updated_ms=int(item["updated_ms"]),
         buffers={key: _buffer_from(raw) for key, raw in body["buffers"].items()},
-        sealed={
-            flush_id: SealedFlush(
-                buffer=_buffer_from(raw["buffer"]),
-                object_key=raw["object_key"],
-                reason=raw["reason"],
-                sealed_ms=int(raw["sealed"]),
-            )
-            for flush_id, raw in body["sealed"].items()
+        sealed={flush_id: _sealed_from(raw) for flush_id, raw in body["sealed"].items()},
+        quarantined={
+            flush_id: QuarantinedFlush(_sealed_from(raw), raw["error"], int(raw["quarantined"]))
+            for flush_id, raw in body.get("quarantined", {}).items()
         },
     )
 

@@ -65,6 +65,19 @@ class SealedFlush:
 
 
 @dataclass(frozen=True, slots=True)
+class QuarantinedFlush:
+    """A sealed flush whose accepted segments turned out damaged: kept, never uploaded.
+
+    Its segment files stay on the staging mount (they remain referenced) and its offsets stay
+    in the ledger, so an operator can inspect them and replay the range from Kafka.
+    """
+
+    flush: SealedFlush
+    error: str
+    quarantined_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class CommittedObject:
     """The ledger's record of an object in S3 (what the Spark job and the sweeper read)."""
 
@@ -98,6 +111,7 @@ class PartitionState:
     updated_ms: int = 0
     buffers: Mapping[str, OpenBuffer] = field(default_factory=dict)  # by str(BufferKey)
     sealed: Mapping[str, SealedFlush] = field(default_factory=dict)  # by flush id
+    quarantined: Mapping[str, QuarantinedFlush] = field(default_factory=dict)  # by flush id
 
     # -- transitions ------------------------------------------------------------------------
 
@@ -157,10 +171,26 @@ class PartitionState:
         del sealed[flush_id]
         return replace(self, version=self.version + 1, updated_ms=now_ms, sealed=_frozen(sealed))  # type: ignore[arg-type]
 
+    def quarantine(self, flush_id: str, error: str, now_ms: int) -> PartitionState:
+        """Set a SEALED flush aside because its segments are damaged (see ``QuarantinedFlush``)."""
+        if flush_id not in self.sealed:
+            raise InvalidTransitionError(f"flush {flush_id} is not sealed")
+        sealed = dict(self.sealed)
+        quarantined = dict(self.quarantined)
+        quarantined[flush_id] = QuarantinedFlush(sealed.pop(flush_id), error, now_ms)
+        return replace(
+            self,
+            version=self.version + 1,
+            updated_ms=now_ms,
+            sealed=_frozen(sealed),  # type: ignore[arg-type]
+            quarantined=_frozen(quarantined),  # type: ignore[arg-type]
+        )
+
     # -- queries ------------------------------------------------------------------------------
 
     def referenced_segments(self) -> set[str]:
         """Every segment the ledger has accepted and not yet committed: never garbage."""
         names = {segment.name for buffer in self.buffers.values() for segment in buffer.segments}
         names.update(segment.name for flush in self.sealed.values() for segment in flush.buffer.segments)
+        names.update(segment.name for held in self.quarantined.values() for segment in held.flush.buffer.segments)
         return names

@@ -31,6 +31,7 @@ class BatchOutcome:
     dead_lettered: Counter[str] = field(default_factory=Counter)
     flushes: list[FlushOutcome] = field(default_factory=list)
     flush_errors: int = 0
+    quarantined: int = 0
     garbage_segments_deleted: int = 0
 
     def merge(self, other: BatchOutcome) -> BatchOutcome:
@@ -43,6 +44,7 @@ class BatchOutcome:
         self.dead_lettered.update(other.dead_lettered)
         self.flushes.extend(other.flushes)
         self.flush_errors += other.flush_errors
+        self.quarantined += other.quarantined
         self.garbage_segments_deleted += other.garbage_segments_deleted
         return self
 
@@ -54,4 +56,5 @@ class BatchOutcome:
             "dead_lettered": sum(self.dead_lettered.values()),
             "objects_committed": len(self.flushes),
             "flush_errors": self.flush_errors,
+            "quarantined": self.quarantined,
         }

@@ -239,7 +239,9 @@ class PartitionWriter:
                 continue
             try:
                 state = self._flush_one(flush, state, outcome, resumed)
-            except (CorruptSegmentError, DoubleCommitError):
+            except CorruptSegmentError as exc:
+                state = self._quarantine(flush, str(exc), state, outcome)
+            except DoubleCommitError:
                 raise
             except Exception as exc:  # the flush stays sealed; a later run resumes it
                 state = self._load()
@@ -252,6 +254,40 @@ class PartitionWriter:
                     extra={**self._log, "flush": flush_id, "error": str(exc)},
                 )
         return state
+
+    def _quarantine(
+        self, flush: SealedFlush, error: str, state: PartitionState, outcome: BatchOutcome
+    ) -> PartitionState:
+        """Set a damaged flush aside so the partition keeps flowing (see ``QuarantinedFlush``).
+
+        Blocking the partition instead would let Kafka's retention expire every record behind
+        it; quarantined, only this flush's offsets need an operator, and the ledger names them.
+        """
+        for _attempt in range(self.stream.archive.max_accept_attempts):
+            if flush.flush_id not in state.sealed:
+                return state
+            try:
+                state = self._remember(
+                    self._ledger.save(state.quarantine(flush.flush_id, error, self._clock.now_ms()), state)
+                )
+            except LedgerConflictError as conflict:
+                outcome.conflicts += 1
+                state = self._winner(conflict)
+                continue
+            outcome.quarantined += 1
+            logger.critical(
+                "flush quarantined: damaged staging segment; replay these offsets from Kafka",
+                extra={
+                    **self._log,
+                    "flush": flush.flush_id,
+                    "first_offset": flush.buffer.first,
+                    "last_offset": flush.buffer.last,
+                    "records": flush.buffer.records,
+                    "error": error,
+                },
+            )
+            return state
+        raise LedgerConflictError(f"{flush.flush_id}: could not record the quarantine")
 
     def _frames(self, segments: Sequence[SegmentRef]) -> Iterator[Frame]:
         for segment in segments:  # one segment in memory at a time
