@@ -22,8 +22,10 @@ INVALID_EVENT_TIME = "invalid_event_time"
 # Epoch numbers below this are seconds, above are milliseconds (1e11 s is the year 5138,
 # 1e11 ms is 1973), the usual heuristic for 'auto'.
 _SECONDS_LIMIT = 100_000_000_000
-_MIN_MS = 0  # 1970-01-01
-_MAX_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
+MIN_MS = 0  # 1970-01-01
+# 9999-12-30T23:59:59.999Z: a day short of datetime's limit, so the hour label of any accepted
+# time exists in every time zone.
+MAX_MS = 253_402_214_399_999
 _HOUR_MS = 3_600_000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -41,15 +43,18 @@ Extractor = Callable[[Record, Any], int]
 
 
 def _check_range(ms: int) -> int:
-    if not _MIN_MS <= ms <= _MAX_MS:
+    if not MIN_MS <= ms <= MAX_MS:
         raise EventTimeError(INVALID_EVENT_TIME, f"{ms} ms is outside 1970..9999")
     return ms
 
 
 def _from_number(number: float, fmt: str) -> int:
-    if fmt == "epoch_s" or (fmt == "auto" and abs(number) < _SECONDS_LIMIT):
-        return _check_range(round(number * 1000))
-    return _check_range(int(number))
+    try:
+        seconds = fmt == "epoch_s" or (fmt == "auto" and abs(number) < _SECONDS_LIMIT)
+        ms = round(number * 1000) if seconds else int(number)
+    except (OverflowError, ValueError):  # infinities and NaN, however they arose
+        raise EventTimeError(INVALID_EVENT_TIME, f"{number!r} is not a finite time") from None
+    return _check_range(ms)
 
 
 def _from_iso(text: str, zone: ZoneInfo) -> int:

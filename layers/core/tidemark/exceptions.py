@@ -32,6 +32,10 @@ class CorruptSegmentError(TidemarkError):
     """
 
 
+class MissingSegmentError(CorruptSegmentError):
+    """A segment the ledger accepted (and has not committed) is gone from the staging mount."""
+
+
 class LedgerError(TidemarkError):
     """Base class of ledger errors."""
 

@@ -15,7 +15,7 @@ import orjson
 from tidemark.buffers import ERRORS_KIND, RAW_KIND, BufferKey
 from tidemark.clock import Clock
 from tidemark.config.model import StreamConfig
-from tidemark.eventtime import EventTimeError, HourBucketer, build_extractor
+from tidemark.eventtime import MAX_MS, MIN_MS, EventTimeError, HourBucketer, build_extractor
 from tidemark.records.model import Record
 from tidemark.staging.frames import DEAD_LETTER, NO_EVENT_TIME, RAW, encode_frame
 
@@ -96,7 +96,10 @@ class Router:
         return Routed(self._key(RAW_KIND, self._hours.label(event_ms)), frame, "")
 
     def dead_letter(self, record: Record, reason: str, detail: str) -> Routed:
-        filed_ms = record.timestamp_ms if record.timestamp_ms >= 0 else self._clock.now_ms()
+        # Filed under its Kafka timestamp's hour; a timestamp that is itself unusable (-1, or a
+        # producer's microseconds) falls back to processing time, so dead-lettering never fails.
+        usable = MIN_MS <= record.timestamp_ms <= MAX_MS
+        filed_ms = record.timestamp_ms if usable else self._clock.now_ms()
         frame = encode_frame(
             DEAD_LETTER,
             record.offset,

@@ -14,6 +14,8 @@ import boto3
 from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 
+from tidemark.exceptions import CorruptSegmentError
+
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
@@ -74,6 +76,7 @@ class ObjectStore:
         first: int,
         last: int,
         content_type: str,
+        expected_records: int | None = None,
         before_upload: Callable[[], None] = lambda: None,
     ) -> UploadedObject:
         """Render into a spool file (memory stays flat whatever the object size), then upload.
@@ -87,6 +90,8 @@ class ObjectStore:
                 hashing = _HashingWriter(raw)
                 records = render(hashing)  # type: ignore[arg-type]
             digest = hashing.sha256.hexdigest()
+            if expected_records is not None and records != expected_records:
+                raise CorruptSegmentError(f"{key}: rendered {records} records, the seal says {expected_records}")
             before_upload()
             self._client.upload_file(
                 path,

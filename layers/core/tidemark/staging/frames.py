@@ -24,8 +24,8 @@ NO_EVENT_TIME = -1
 MAGIC = b"TM"
 _PREFIX = struct.Struct("<2sI")
 _BODY = struct.Struct("<Bqqqiii")
-_U16 = struct.Struct("<H")
-_HEADER_ITEM = struct.Struct("<HI")
+_U32 = struct.Struct("<I")
+_HEADER_ITEM = struct.Struct("<II")
 _HEADER = struct.Struct("<2sIBqqqiii")  # prefix + body, unpacked in one call
 HEADER_SIZE = _PREFIX.size + _BODY.size
 assert _HEADER.size == HEADER_SIZE
@@ -52,7 +52,7 @@ class Frame(NamedTuple):
 
 def _encode_meta(reason: str, headers: Sequence[tuple[str, bytes]]) -> bytes:
     reason_bytes = reason.encode("utf-8")
-    parts = [_U16.pack(len(reason_bytes)), reason_bytes, _U16.pack(len(headers))]
+    parts = [_U32.pack(len(reason_bytes)), reason_bytes, _U32.pack(len(headers))]
     for name, data in headers:
         name_bytes = name.encode("utf-8")
         parts += [_HEADER_ITEM.pack(len(name_bytes), len(data)), name_bytes, data]
@@ -60,11 +60,11 @@ def _encode_meta(reason: str, headers: Sequence[tuple[str, bytes]]) -> bytes:
 
 
 def _decode_meta(meta: bytes) -> tuple[str, tuple[tuple[str, bytes], ...]]:
-    (reason_len,) = _U16.unpack_from(meta, 0)
-    pos = 2 + reason_len
-    reason = meta[2:pos].decode("utf-8")
-    (count,) = _U16.unpack_from(meta, pos)
-    pos += 2
+    (reason_len,) = _U32.unpack_from(meta, 0)
+    pos = 4 + reason_len
+    reason = meta[4:pos].decode("utf-8")
+    (count,) = _U32.unpack_from(meta, pos)
+    pos += 4
     headers = []
     for _ in range(count):
         name_len, data_len = _HEADER_ITEM.unpack_from(meta, pos)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tidemark.buffers import BufferKey
-from tidemark.exceptions import CorruptSegmentError, UnsafePathError
+from tidemark.exceptions import CorruptSegmentError, MissingSegmentError, UnsafePathError
 from tidemark.faults import AFTER_SEGMENT_WRITE, BEFORE_SEGMENT_WRITE, DURING_SEGMENT_WRITE, CrashPoints, NoCrashes
 from tidemark.staging.frames import Frame, TornFrameError, decode_frames
 
@@ -109,8 +109,13 @@ class SegmentStore:
 
     def read(self, stream: str, partition: int, ref: SegmentRef) -> list[Frame]:
         """Read an accepted segment and prove it holds exactly what the ledger says."""
+        if parse_segment_name(ref.name) is None:
+            raise UnsafePathError(f"refusing to read {ref.name!r}: not a segment name")
         path = self.partition_dir(stream, partition) / ref.name
-        data = path.read_bytes()
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise MissingSegmentError(f"{path}: accepted segment is missing") from None
         try:
             frames = decode_frames(data)
         except TornFrameError as exc:

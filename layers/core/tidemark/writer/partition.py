@@ -18,9 +18,12 @@ from collections.abc import Iterator, Sequence
 from itertools import pairwise
 from typing import BinaryIO
 
+from boto3.exceptions import S3UploadFailedError
+from botocore.exceptions import BotoCoreError, ClientError
+
 from tidemark.buffers import BufferKey
 from tidemark.clock import Clock
-from tidemark.exceptions import CorruptSegmentError, DoubleCommitError, LedgerConflictError, StagingConflictError
+from tidemark.exceptions import CorruptSegmentError, LedgerConflictError, StagingConflictError
 from tidemark.faults import (
     AFTER_ACCEPT,
     AFTER_COMMIT,
@@ -161,14 +164,19 @@ class PartitionWriter:
             try:
                 state = self._remember(self._ledger.save(accepted, state))
             except LedgerConflictError as conflict:
-                outcome.conflicts += 1
-                logger.warning(
-                    "accept lost to a concurrent writer; retrying", extra={**self._log, "why": str(conflict)}
-                )
-                for _key, ref in written:  # a loser's segment is garbage: never read, deleted now
-                    self._staging.delete(self.stream.name, self.partition, ref.name)
-                state = self._winner(conflict)
-                continue
+                winner = self._winner(conflict)
+                if not self._landed(written, winner):
+                    outcome.conflicts += 1
+                    logger.warning(
+                        "accept lost to a concurrent writer; retrying", extra={**self._log, "why": f"{conflict}"}
+                    )
+                    for _key, ref in written:  # a loser's segment is garbage: never read, deleted now
+                        self._staging.delete(self.stream.name, self.partition, ref.name)
+                    state = winner
+                    continue
+                # Our own write had landed: its reply was lost and the client's retry found it.
+                logger.info("accept landed on a retried request", extra=self._log)
+                state = winner
             self._crash.hit(AFTER_ACCEPT)
             outcome.staged += len(fresh)
             outcome.bytes_staged += sum(ref.size for _key, ref in written)
@@ -181,6 +189,14 @@ class PartitionWriter:
             )
         outcome.duplicates = outcome.records_in - outcome.staged
         return state
+
+    @staticmethod
+    def _landed(written: list[tuple[BufferKey, SegmentRef]], winner: PartitionState) -> bool:
+        """Did a "lost" accept in fact succeed? A conditional put whose reply was lost (a read
+        timeout, a 500) is retried by the client and then fails against its own result. Segment
+        names carry a random nonce, so if the stored state references one of ours, the write was
+        ours -- and deleting those segments would lose the batch."""
+        return not {ref.name for _key, ref in written}.isdisjoint(winner.referenced_segments())
 
     def _route_new(self, records: Sequence[Record], staged_offset: int) -> list[tuple[int, Routed]]:
         """Route each offset above ``staged_offset`` once, in offset order (dedupe on entry)."""
@@ -239,11 +255,11 @@ class PartitionWriter:
                 continue
             try:
                 state = self._flush_one(flush, state, outcome, resumed)
-            except CorruptSegmentError as exc:
+            except CorruptSegmentError as exc:  # damaged or missing: set aside, never uploaded
                 state = self._quarantine(flush, str(exc), state, outcome)
-            except DoubleCommitError:
-                raise
-            except Exception as exc:  # the flush stays sealed; a later run resumes it
+            except (BotoCoreError, ClientError, S3UploadFailedError, OSError, LedgerConflictError) as exc:
+                # S3 or the spool disk failed: the flush stays sealed and a later run resumes it.
+                # Anything else (a bug) propagates and fails the invocation.
                 state = self._load()
                 if flush_id not in state.sealed:
                     logger.info("flush finished by a concurrent writer", extra={**self._log, "flush": flush_id})
@@ -309,12 +325,9 @@ class PartitionWriter:
             first=buffer.first,
             last=buffer.last,
             content_type=fmt.content_type,
+            expected_records=buffer.records,
             before_upload=lambda: self._crash.hit(BEFORE_UPLOAD),
         )
-        if uploaded.records != buffer.records:
-            raise CorruptSegmentError(
-                f"{flush.object_key}: rendered {uploaded.records} records, the seal says {buffer.records}"
-            )
         self._crash.hit(AFTER_UPLOAD)
         now = self._clock.now_ms()
         committed = CommittedObject(
