@@ -93,6 +93,7 @@ def test_state_to_item_shape() -> None:
                     ["raw_b.seg", 3, 300, 105, 107],
                     ["raw_d.seg", 2, 20, 109, 110],
                 ],
+                "spec": "",
             }
         },
         "sealed": {
@@ -103,6 +104,7 @@ def test_state_to_item_shape() -> None:
                     "opened": T0,
                     "appended": T0,
                     "segs": [["errors_c.seg", 1, 50, 108, 108]],
+                    "spec": "",
                 },
                 "object_key": "errors/orders/2025-11-21T07/108-108",
                 "reason": "max_age",
@@ -139,6 +141,7 @@ def test_state_from_item_reads_decimals_as_ints() -> None:
                 "opened": T0,
                 "appended": T0,
                 "segs": [["s.seg", 2, 20, 40, 41]],
+                "spec": "jsonl|gzip|6|orders|text|json|text",
             }
         },
         "sealed": {},
@@ -158,7 +161,11 @@ def test_state_from_item_reads_decimals_as_ints() -> None:
         staged_offset=41,
         next_seq=2,
         updated_ms=T0,
-        buffers={"raw/2025-11-21T08": OpenBuffer(RAW_08, 1, T0, T0, (SegmentRef("s.seg", 2, 20, 40, 41),))},
+        buffers={
+            "raw/2025-11-21T08": OpenBuffer(
+                RAW_08, 1, T0, T0, (SegmentRef("s.seg", 2, 20, 40, 41),), "jsonl|gzip|6|orders|text|json|text"
+            )
+        },
         sealed={},
     )
 

@@ -244,3 +244,11 @@ def test_quarantine_sets_a_sealed_flush_aside_and_keeps_its_segments_referenced(
         held.quarantine(flush_id, "again", T0 + 3)
     with pytest.raises(InvalidTransitionError):
         held.commit(flush_id, T0 + 3)
+
+
+def test_a_buffer_is_only_appended_to_under_the_format_it_was_opened_with() -> None:
+    state = PartitionState("orders", 0).accept([(RAW_08, seg(0, 9))], 9, T0, "jsonl|gzip|6|orders|text|json|text")
+    with pytest.raises(InvalidTransitionError, match="another format"):
+        state.accept([(RAW_08, seg(10, 19))], 19, T0 + 1, "jsonl|none|6|orders|text|json|text")
+    later = state.accept([(RAW_08, seg(10, 19))], 19, T0 + 1, "jsonl|gzip|6|orders|text|json|text")
+    assert len(later.buffers["raw/2025-11-21T08"].segments) == 2

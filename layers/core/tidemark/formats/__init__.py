@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tidemark.formats.base import ObjectFormat, RenderContext
+from tidemark.formats.base import ObjectFormat, RenderContext, RenderSpec
 from tidemark.formats.jsonl import JsonLinesFormat
 
 
@@ -12,4 +12,8 @@ def format_for(type_: str, compression: str, gzip_level: int = 6) -> ObjectForma
     raise ValueError(f"unsupported format {type_!r}")
 
 
-__all__ = ["JsonLinesFormat", "ObjectFormat", "RenderContext", "format_for"]
+def format_of(spec: RenderSpec) -> ObjectFormat:
+    return format_for(spec.format, spec.compression, spec.gzip_level)
+
+
+__all__ = ["JsonLinesFormat", "ObjectFormat", "RenderContext", "RenderSpec", "format_for", "format_of"]

@@ -73,6 +73,7 @@ def _buffer_to(buffer: OpenBuffer) -> dict[str, Any]:
         "opened": buffer.opened_ms,
         "appended": buffer.appended_ms,
         "segs": [_seg_to(segment) for segment in buffer.segments],
+        "spec": buffer.spec,
     }
 
 
@@ -83,6 +84,7 @@ def _buffer_from(raw: dict[str, Any]) -> OpenBuffer:
         opened_ms=int(raw["opened"]),
         appended_ms=int(raw["appended"]),
         segments=tuple(_seg_from(segment) for segment in raw["segs"]),
+        spec=raw["spec"],
     )
 
 

@@ -28,6 +28,7 @@ class OpenBuffer:
     opened_ms: int
     appended_ms: int
     segments: tuple[SegmentRef, ...]
+    spec: str = ""  # the encoded RenderSpec the buffer's records were staged under
 
     @property
     def records(self) -> int:
@@ -116,9 +117,15 @@ class PartitionState:
     # -- transitions ------------------------------------------------------------------------
 
     def accept(
-        self, segments: Iterable[tuple[BufferKey, SegmentRef]], staged_offset: int, now_ms: int
+        self,
+        segments: Iterable[tuple[BufferKey, SegmentRef]],
+        staged_offset: int,
+        now_ms: int,
+        spec: str = "",
     ) -> PartitionState:
-        """Add freshly staged segments to their buffers (opening buffers as needed)."""
+        """Add freshly staged segments to their buffers (opening buffers as needed).
+
+        Only buffers staged under the same render ``spec`` can be appended to."""
         if staged_offset <= self.staged_offset:
             raise InvalidTransitionError(f"staged offset must grow: {staged_offset} <= {self.staged_offset}")
         buffers = dict(self.buffers)
@@ -131,8 +138,10 @@ class PartitionState:
                 )
             current = buffers.get(str(key))
             if current is None:
-                buffers[str(key)] = OpenBuffer(key, next_seq, now_ms, now_ms, (segment,))
+                buffers[str(key)] = OpenBuffer(key, next_seq, now_ms, now_ms, (segment,), spec)
                 next_seq += 1
+            elif current.spec != spec:
+                raise InvalidTransitionError(f"buffer {key} was staged under another format; seal it first")
             else:
                 buffers[str(key)] = replace(current, appended_ms=now_ms, segments=(*current.segments, segment))
         return replace(

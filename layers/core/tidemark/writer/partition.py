@@ -46,6 +46,8 @@ from tidemark.writer.stream import StreamContext
 
 logger = logging.getLogger(__name__)
 
+FORMAT_CHANGED = "format_changed"
+
 # A warm container lists the staging directory (a network round trip on EFS) at most this often
 # per partition; a cold start and every maintenance run always do.
 GC_INTERVAL_MS = 60_000
@@ -158,9 +160,15 @@ class PartitionWriter:
             fresh = [pair for pair in routed if pair[0] > state.staged_offset]
             if not fresh:
                 break
+            if any(
+                (buffer := state.buffers.get(str(item.buffer))) is not None and buffer.spec != self.stream.spec
+                for _offset, item in fresh
+            ):  # the configuration's format changed since these buffers opened: seal them first
+                state = self.rotate(state, outcome)
+                continue
             now = self._clock.now_ms()
             written = self._write_segments(fresh, now)
-            accepted = state.accept(written, fresh[-1][0], now)
+            accepted = state.accept(written, fresh[-1][0], now, self.stream.spec)
             try:
                 state = self._remember(self._ledger.save(accepted, state))
             except LedgerConflictError as conflict:
@@ -225,11 +233,19 @@ class PartitionWriter:
 
     # -- rotate -------------------------------------------------------------------------------
 
+    def _due(self, state: PartitionState, now: int) -> dict[str, str]:
+        """The flush policy's rules, plus: a buffer staged under another format is sealed."""
+        due = self.stream.policy.due(state.buffers, now)
+        for key, buffer in state.buffers.items():
+            if buffer.spec != self.stream.spec:
+                due.setdefault(key, FORMAT_CHANGED)
+        return due
+
     def rotate(self, state: PartitionState, outcome: BatchOutcome) -> PartitionState:
         """Seal every OPEN buffer a rotation rule fires for (invariant 4: seal before upload)."""
         for _attempt in range(self.stream.archive.max_accept_attempts):
             now = self._clock.now_ms()
-            due = self.stream.policy.due(state.buffers, now)
+            due = self._due(state, now)
             if not due:
                 return state
             sealed = state.seal(due, lambda buffer: self.stream.object_key(self.partition, buffer), now)
@@ -313,8 +329,8 @@ class PartitionWriter:
         self, flush: SealedFlush, state: PartitionState, outcome: BatchOutcome, resumed: bool
     ) -> PartitionState:
         buffer = flush.buffer
-        fmt = self.stream.format
-        context = self.stream.render_context(self.partition)
+        fmt, spec = self.stream.format_of(buffer)
+        context = spec.context(self.partition)
 
         def render(out: BinaryIO) -> int:
             return fmt.write(self._frames(buffer.segments), context, out)

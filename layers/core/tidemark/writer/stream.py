@@ -8,7 +8,7 @@ from tidemark.buffers import ERRORS_KIND, RAW_KIND
 from tidemark.clock import Clock
 from tidemark.config.model import ArchiveSettings, StreamConfig
 from tidemark.flush import FlushPolicy
-from tidemark.formats import ObjectFormat, RenderContext, format_for
+from tidemark.formats import ObjectFormat, RenderSpec, format_of
 from tidemark.ledger.model import OpenBuffer
 from tidemark.objects.keys import object_key
 from tidemark.routing import Router
@@ -20,34 +20,31 @@ class StreamContext:
     archive: ArchiveSettings
     router: Router
     policy: FlushPolicy
-    format: ObjectFormat
+    spec: str  # the encoded RenderSpec of the current configuration
 
     @classmethod
     def build(cls, config: StreamConfig, archive: ArchiveSettings, clock: Clock) -> StreamContext:
-        return cls(
-            config=config,
-            archive=archive,
-            router=Router(config, clock),
-            policy=FlushPolicy(config.flush),
-            format=format_for(config.format.type, config.format.compression, config.format.gzip_level),
+        spec = RenderSpec(
+            format=config.format.type,
+            compression=config.format.compression,
+            gzip_level=config.format.gzip_level,
+            topic=config.source.topic,
+            key_encoding=config.encoding.key,
+            value_encoding=config.encoding.value,
+            header_encoding=config.encoding.headers,
         )
+        return cls(config, archive, Router(config, clock), FlushPolicy(config.flush), spec.encode())
 
     @property
     def name(self) -> str:
         return self.config.name
 
+    def format_of(self, buffer: OpenBuffer) -> tuple[ObjectFormat, RenderSpec]:
+        """How a buffer is rendered: by the spec it was staged under, not the current config."""
+        spec = RenderSpec.decode(buffer.spec)
+        return format_of(spec), spec
+
     def object_key(self, partition: int, buffer: OpenBuffer) -> str:
         prefix = {RAW_KIND: self.archive.raw_prefix, ERRORS_KIND: self.archive.errors_prefix}[buffer.key.kind]
-        return object_key(
-            prefix, self.name, buffer.key.hour, partition, buffer.first, buffer.last, self.format.extension
-        )
-
-    def render_context(self, partition: int) -> RenderContext:
-        encoding = self.config.encoding
-        return RenderContext(
-            topic=self.config.source.topic,
-            partition=partition,
-            key_encoding=encoding.key,
-            value_encoding=encoding.value,
-            header_encoding=encoding.headers,
-        )
+        fmt, _spec = self.format_of(buffer)
+        return object_key(prefix, self.name, buffer.key.hour, partition, buffer.first, buffer.last, fmt.extension)

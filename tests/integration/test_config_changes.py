@@ -1,0 +1,89 @@
+"""A deploy that changes a stream's format or encodings while buffers are open or sealed: every
+buffer is rendered the way its records were staged, and none mixes the two."""
+
+from __future__ import annotations
+
+import gzip
+
+import orjson
+import pytest
+
+from tests.support.events import msk_event
+from tests.support.harness import example_config_data
+from tests.support.workload import make_orders
+from tidemark.archiver import Archiver
+from tidemark.config import parse_config
+from tidemark.faults import AFTER_SEAL, CrashAt, SimulatedCrash
+from tidemark.verify import verify_archive
+
+
+def configs(**changes):
+    data = example_config_data()
+    data["streams"][0]["flush"] = {"max_records": 1000}
+    old = parse_config(data)
+    data["streams"][0].update(changes)
+    return old, parse_config(data)
+
+
+def objects(archive):
+    found = {}
+    for item in archive.s3.list_objects_v2(Bucket=archive.bucket).get("Contents", []):
+        found[item["Key"]] = archive.s3.get_object(Bucket=archive.bucket, Key=item["Key"])["Body"].read()
+    return found
+
+
+def test_sealed_flush_resumed_after_a_format_change_keeps_its_format(archive):
+    data = example_config_data()
+    data["streams"][0]["flush"] = {"max_records": 1}
+    old = parse_config(data)
+    data["streams"][0]["format"] = {"type": "jsonl", "compression": "none"}
+    new = parse_config(data)
+    workload = make_orders(partitions=1, per_partition=5, hours=1, late_share=0, bad_share=0, seed=3)
+    with pytest.raises(SimulatedCrash):  # every buffer is sealed, nothing uploaded
+        Archiver(archive.runtime(old, CrashAt(AFTER_SEAL))).handle(msk_event(workload.records[0]))
+    archive.runtime(new).writer(new.streams[0], 0).maintain()  # deployed; the next run resumes the seals
+    found = objects(archive)
+    assert found and all(key.endswith(".jsonl.gz") for key in found)
+    offsets = sorted(
+        orjson.loads(line)["offset"] for body in found.values() for line in gzip.decompress(body).splitlines()
+    )
+    assert offsets == [0, 1, 2, 3, 4]
+
+
+def test_open_buffer_is_sealed_when_the_format_changes_and_never_mixed(archive):
+    old, new = configs(format={"type": "jsonl", "compression": "none"})
+    workload = make_orders(partitions=1, per_partition=40, hours=1, late_share=0, bad_share=0, seed=6)
+    records = workload.records[0]
+    Archiver(archive.runtime(old)).handle(msk_event(records[:20]))
+    outcome = Archiver(archive.runtime(new)).handle(msk_event(records[20:]))["orders"]
+    assert {flush.reason for flush in outcome.flushes} == {"format_changed"}
+    assert all(flush.key.endswith(".jsonl.gz") for flush in outcome.flushes)
+    archive.clock.advance(minutes=16)
+    archive.runtime(new).writer(new.streams[0], 0).maintain()
+    found = objects(archive)
+    for key, body in found.items():
+        text = gzip.decompress(body) if key.endswith(".gz") else body
+        offsets = [orjson.loads(line)["offset"] for line in text.splitlines()]
+        assert all(o < 20 for o in offsets) if key.endswith(".gz") else all(o >= 20 for o in offsets)
+    assert {key.rsplit(".", 1)[-1] for key in found} == {"gz", "jsonl"}
+    report = verify_archive(archive.s3, archive.bucket, "orders", workload.expected)
+    assert (report.produced, report.lost, report.duplicated, report.misfiled) == (40, [], [], [])
+
+
+def test_value_encoding_change_renders_each_buffer_in_its_own_encoding(archive):
+    as_json, as_bytes = configs(
+        encoding={"value": "bytes", "key": "text", "headers": "text"}, event_time={"source": "record_timestamp"}
+    )
+    workload = make_orders(partitions=1, per_partition=20, hours=1, late_share=0, bad_share=0, seed=2)
+    records = workload.records[0]
+    Archiver(archive.runtime(as_bytes)).handle(msk_event(records[:10]))  # base64 values ...
+    Archiver(archive.runtime(as_json)).handle(msk_event(records[10:]))  # ... then JSON values again
+    archive.clock.advance(minutes=16)
+    archive.runtime(as_json).writer(as_json.streams[0], 0).maintain()
+    values = {}
+    for body in objects(archive).values():
+        for line in gzip.decompress(body).splitlines():
+            envelope = orjson.loads(line)
+            values[envelope["offset"]] = envelope["value"]
+    assert all(isinstance(values[o], str) for o in range(10))  # base64 text
+    assert all(isinstance(values[o], dict) for o in range(10, 20))  # embedded JSON
