@@ -118,15 +118,24 @@ def test_oversized_value_is_dead_lettered(stream: StreamConfig) -> None:
     value = b'{"created_at":1763709300,"p":"' + b"x" * 40 + b'"}'
     record = order(value)
     frame = _assert_dead_letter(small.route(record), record, OVERSIZED, "2025-11-21T07")
-    assert frame.reason == f"oversized: value is {len(value)} bytes, limit 32"
+    size = len(value) + len(b"o-1")
+    assert frame.reason == f"oversized: record is {size} bytes (key, value and headers), limit 32"
 
 
-def test_value_exactly_at_the_limit_is_archived(stream: StreamConfig) -> None:
+def test_record_exactly_at_the_limit_is_archived(stream: StreamConfig) -> None:
     value = b'{"created_at":1763709300}'
-    exact = router(stream, dead_letter=DeadLetterConfig(max_record_bytes=len(value)))  # type: ignore[arg-type]
-    assert exact.route(order(value)).buffer == BufferKey("raw", "2025-11-21T07")
-    one_less = router(stream, dead_letter=DeadLetterConfig(max_record_bytes=len(value) - 1))  # type: ignore[arg-type]
-    assert one_less.route(order(value)).reason == OVERSIZED
+    size = len(value) + len(b"o-1") + len("source") + len(b"web")
+    record = order(value, headers=(("source", b"web"),))
+    exact = router(stream, dead_letter=DeadLetterConfig(max_record_bytes=size))  # type: ignore[arg-type]
+    assert exact.route(record).buffer == BufferKey("raw", "2025-11-21T07")
+    one_less = router(stream, dead_letter=DeadLetterConfig(max_record_bytes=size - 1))  # type: ignore[arg-type]
+    assert one_less.route(record).reason == OVERSIZED
+
+
+def test_a_huge_key_alone_makes_a_record_oversized(stream: StreamConfig) -> None:
+    small = router(stream, dead_letter=DeadLetterConfig(max_record_bytes=1024))  # type: ignore[arg-type]
+    record = order(b'{"created_at":1763709300}', key=b"k" * 5000)
+    assert small.route(record).reason == OVERSIZED
 
 
 def test_non_utf8_key_is_dead_lettered(stream: StreamConfig) -> None:

@@ -6,15 +6,14 @@ hour of their Kafka timestamp, since their event time may be what is wrong with 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from tidemark.exceptions import UnsafePathError
+from tidemark.names import HOUR, matches
 
 RAW_KIND = "raw"
 ERRORS_KIND = "errors"
 KINDS = (RAW_KIND, ERRORS_KIND)
-HOUR_LABEL = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}$")
 
 
 @dataclass(frozen=True, order=True, slots=True)
@@ -23,7 +22,7 @@ class BufferKey:
     hour: str
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS or not HOUR_LABEL.fullmatch(self.hour):
+        if self.kind not in KINDS or not matches(HOUR, self.hour):
             raise UnsafePathError(f"invalid buffer key {self.kind!r}/{self.hour!r}")
 
     def __str__(self) -> str:

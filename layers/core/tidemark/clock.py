@@ -11,17 +11,10 @@ class Clock(Protocol):
         """Milliseconds since the Unix epoch."""
         ...
 
-    def monotonic_ms(self) -> float:
-        """A monotonic reading for durations (flush latency)."""
-        ...
-
 
 class SystemClock:
     def now_ms(self) -> int:
         return time.time_ns() // 1_000_000
-
-    def monotonic_ms(self) -> float:
-        return time.monotonic() * 1000.0
 
 
 class ManualClock:
@@ -32,9 +25,6 @@ class ManualClock:
 
     def now_ms(self) -> int:
         return self._now
-
-    def monotonic_ms(self) -> float:
-        return float(self._now)
 
     def advance(self, *, ms: int = 0, seconds: float = 0, minutes: float = 0) -> None:
         self._now += ms + int(seconds * 1000) + int(minutes * 60_000)

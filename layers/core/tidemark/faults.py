@@ -8,7 +8,10 @@ calls ``os._exit`` (in a subprocess) at a chosen point.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Protocol
+
+from tidemark.exceptions import ConfigError
 
 BEFORE_SEGMENT_WRITE = "before_segment_write"
 DURING_SEGMENT_WRITE = "during_segment_write"  # half the segment's bytes are written, no fsync
@@ -70,10 +73,13 @@ class CrashAt:
             raise SimulatedCrash(point)
 
 
-def crash_points_from_env() -> CrashPoints:
+def crash_points_from_env(environ: Mapping[str, str] | None = None) -> CrashPoints:
     """``TIDEMARK_CRASH_AT=point[:nth]`` makes a process die for real at that point (chaos runs)."""
-    spec = os.environ.get("TIDEMARK_CRASH_AT", "")
+    spec = (os.environ if environ is None else environ).get("TIDEMARK_CRASH_AT", "")
     if not spec:
         return NoCrashes()
     point, _, nth = spec.partition(":")
-    return CrashAt(point, int(nth or 1), hard_exit=True)
+    try:
+        return CrashAt(point, int(nth or 1), hard_exit=True)
+    except ValueError as exc:
+        raise ConfigError(f"TIDEMARK_CRASH_AT={spec!r}: {exc}") from None

@@ -53,13 +53,18 @@ class Router:
     def _key(self, kind: str, hour: str) -> BufferKey:
         key = self._keys.get((kind, hour))
         if key is None:
+            if len(self._keys) > 10_000:  # a long-lived container meeting many distinct hours
+                self._keys.clear()
             key = self._keys[(kind, hour)] = BufferKey(kind, hour)
         return key
 
     def _check(self, record: Record) -> object:
         """Validate the record's bytes; return the parsed JSON value when the stream needs it."""
-        if len(record.value) > self._max_bytes:
-            raise Rejected(OVERSIZED, f"value is {len(record.value)} bytes, limit {self._max_bytes}")
+        size = len(record.value) + (len(record.key) if record.key else 0)
+        if record.headers:
+            size += sum(len(name) + len(data) for name, data in record.headers)
+        if size > self._max_bytes:
+            raise Rejected(OVERSIZED, f"record is {size} bytes (key, value and headers), limit {self._max_bytes}")
         if self._key_text and record.key is not None:
             try:
                 record.key.decode("utf-8")

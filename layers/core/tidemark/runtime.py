@@ -82,7 +82,7 @@ class Runtime:
             table=env[ENV_LEDGER_TABLE],
             staging_root=env[ENV_STAGING_ROOT],
             spool_dir=env.get(ENV_SPOOL_DIR) or None,
-            crash_points=crash_points_from_env(),
+            crash_points=crash_points_from_env(env),
         )
 
     def stream(self, config: StreamConfig) -> StreamContext:

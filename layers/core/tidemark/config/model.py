@@ -14,13 +14,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import BaseModel, ByteSize, ConfigDict, Field, field_validator, model_validator
 
 from tidemark.config.units import Bytes, Duration, to_ms
+from tidemark.names import S3_PREFIX, STREAM_NAME, TOPIC_NAME
 
-STREAM_NAME = r"^[a-z][a-z0-9_-]{0,62}$"
-# Kafka's own rule for topic names.
-TOPIC_NAME = r"^[A-Za-z0-9._-]{1,249}$"
 MSK_CLUSTER_ARN = r"^arn:aws[a-z-]*:kafka:[a-z0-9-]+:\d{12}:cluster/[A-Za-z0-9-]{1,64}/[A-Za-z0-9-]+$"
 IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
-S3_PREFIX = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB

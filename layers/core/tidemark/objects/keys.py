@@ -6,20 +6,15 @@ import re
 
 from tidemark.eventtime import hour_path
 from tidemark.exceptions import UnsafePathError
+from tidemark.names import HOUR, PREFIX, STREAM, matches
 
-_PREFIX = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
-_STREAM = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
-_HOUR = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}$")
 _EXTENSION = re.compile(r"^[a-z0-9]+(\.[a-z0-9]+)*$")
 
 
 def object_key(prefix: str, stream: str, hour: str, partition: int, first: int, last: int, extension: str) -> str:
     """``raw/orders/2026/11/21/07/orders+3+00000000000000000100-00000000000000000199.jsonl.gz``."""
     if not (
-        _PREFIX.fullmatch(prefix)
-        and _STREAM.fullmatch(stream)
-        and _HOUR.fullmatch(hour)
-        and _EXTENSION.fullmatch(extension)
+        matches(PREFIX, prefix) and matches(STREAM, stream) and matches(HOUR, hour) and _EXTENSION.fullmatch(extension)
     ):
         raise UnsafePathError(f"refusing object key for {prefix!r}/{stream!r}/{hour!r}/{extension!r}")
     numbers = (partition, first, last)

@@ -8,7 +8,6 @@ delivery order.
 from __future__ import annotations
 
 import binascii
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -17,10 +16,10 @@ from aws_lambda_powertools.shared.functions import decode_header_bytes
 from aws_lambda_powertools.utilities.data_classes.kafka_event import KafkaEvent, KafkaEventRecord
 
 from tidemark.exceptions import MalformedEventError
+from tidemark.names import TOPIC, matches
 from tidemark.records.model import Record
 
 EVENT_SOURCES = frozenset({"aws:kafka", "SelfManagedKafka"})
-_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 
 
 @dataclass(slots=True)
@@ -49,7 +48,7 @@ def _convert(raw: KafkaEventRecord, position: int, topics: set[str]) -> Record:
     except KeyError as exc:
         raise MalformedEventError(f"record #{position}: missing field {exc.args[0]!r}") from None
     if topic not in topics:  # validate each distinct topic name once per event
-        if not (isinstance(topic, str) and _TOPIC.fullmatch(topic)):
+        if not matches(TOPIC, topic):
             raise MalformedEventError(f"record #{position}: invalid topic name {topic!r}")
         topics.add(topic)
     if not (type(partition) is int and partition >= 0 and type(offset) is int and offset >= 0):

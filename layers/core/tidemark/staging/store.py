@@ -19,9 +19,9 @@ from pathlib import Path
 from tidemark.buffers import BufferKey
 from tidemark.exceptions import CorruptSegmentError, MissingSegmentError, UnsafePathError
 from tidemark.faults import AFTER_SEGMENT_WRITE, BEFORE_SEGMENT_WRITE, DURING_SEGMENT_WRITE, CrashPoints, NoCrashes
+from tidemark.names import STREAM, matches
 from tidemark.staging.frames import Frame, TornFrameError, decode_frames
 
-_STREAM = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 _SEGMENT = re.compile(
     r"^(?P<kind>raw|errors)_(?P<hour>\d{4}-\d{2}-\d{2}T\d{2})_(?P<first>\d{20})-(?P<last>\d{20})"
     r"_(?P<created>\d{13,})_(?P<nonce>[0-9a-f]{12})\.seg$"
@@ -69,7 +69,7 @@ class SegmentStore:
         self._crash = crash_points or NoCrashes()
 
     def partition_dir(self, stream: str, partition: int) -> Path:
-        if not _STREAM.fullmatch(stream) or not isinstance(partition, int) or partition < 0:
+        if not matches(STREAM, stream) or type(partition) is not int or partition < 0:
             raise UnsafePathError(f"refusing staging path for stream={stream!r} partition={partition!r}")
         path = self.root / stream / f"p{partition}"
         if path.resolve().parent.parent != self.root:
@@ -149,22 +149,6 @@ class SegmentStore:
         except FileNotFoundError:
             return False
         return True
-
-    def remove_partition_dir_if_empty(self, stream: str, partition: int) -> bool:
-        try:
-            self.partition_dir(stream, partition).rmdir()
-        except OSError:
-            return False
-        return True
-
-    def partitions(self) -> list[tuple[str, int]]:
-        """Every (stream, partition) with a staging directory (for the sweeper)."""
-        found = []
-        for stream_dir in sorted(self.root.glob("*/p*")):
-            stream, part = stream_dir.parent.name, stream_dir.name[1:]
-            if _STREAM.fullmatch(stream) and part.isdigit():
-                found.append((stream, int(part)))
-        return found
 
 
 def _write_all(fd: int, data: bytes) -> None:
