@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required, found " + sys.version' 
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,cdk]'
+	$(PY) -m pip install --quiet -e '.[dev,cdk,demo]'
 	@rm -f $(VENV)/.installed-* && touch $@
 
 install: $(STAMP)
