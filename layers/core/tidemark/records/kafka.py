@@ -51,9 +51,9 @@ def _convert(raw: KafkaEventRecord, position: int, topics: set[str]) -> Record:
         if not matches(TOPIC, topic):
             raise MalformedEventError(f"record #{position}: invalid topic name {topic!r}")
         topics.add(topic)
-    if not (type(partition) is int and partition >= 0 and type(offset) is int and offset >= 0):
-        name, number = ("partition", partition) if not _is_count(partition) else ("offset", offset)
-        raise MalformedEventError(f"record #{position}: {name} must be a non-negative integer, got {number!r}")
+    for name, number in (("partition", partition), ("offset", offset)):
+        if not _is_count(number):
+            raise MalformedEventError(f"record #{position}: {name} must be a non-negative integer, got {number!r}")
     # Kafka uses -1 for "no timestamp"; such a record is dead-lettered later, never rejected here.
     if type(timestamp) is not int:
         raise MalformedEventError(f"record #{position}: timestamp must be an integer, got {timestamp!r}")

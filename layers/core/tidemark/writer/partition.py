@@ -92,8 +92,7 @@ class PartitionWriter:
         state = self.recover(outcome, fresh=fresh)
         version = state.version
         state = self.stage(records, state, outcome)
-        just_written = state.version != version  # the stored state right now: safe to collect against
-        if just_written and self._clock.now_ms() - self._gc_times.get(self._key, -GC_INTERVAL_MS) >= GC_INTERVAL_MS:
+        if state.version != version and self._gc_due():  # just written: the stored state right now
             self.collect_garbage(state, outcome)
         state = self.rotate(state, outcome)
         self.flush(state, outcome)
@@ -103,6 +102,10 @@ class PartitionWriter:
         """Recover from a fresh read, then seal and flush whatever is due (idle buffers past
         max age). The sweeper's entry point."""
         return self.write((), fresh=True)
+
+    def _gc_due(self) -> bool:
+        last = self._gc_times.get(self._key)
+        return last is None or self._clock.now_ms() - last >= GC_INTERVAL_MS
 
     # -- state --------------------------------------------------------------------------------
 
