@@ -1,5 +1,6 @@
 # Tidemark developer entry points. `make test` works on a fresh machine: it creates .venv,
 # installs everything the tests need from pyproject.toml, lints, type-checks and runs pytest.
+# `make demo` runs the embedded pipeline end to end and prints a PASS/FAIL report.
 SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
@@ -8,7 +9,7 @@ DEPS_HASH := $(shell cat pyproject.toml | sha1sum | cut -c1-12)
 STAMP := $(VENV)/.installed-$(DEPS_HASH)
 PYTEST_ARGS ?=
 
-.PHONY: install test unit integration lint typecheck bench clean
+.PHONY: install test unit integration e2e lint typecheck bench demo clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required, found " + sys.version' 
@@ -34,6 +35,13 @@ unit: install
 
 integration: install
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
+
+e2e: install
+	$(PY) -m pytest tests/e2e $(PYTEST_ARGS)
+
+# The whole pipeline on this machine (broker, moto, local ESM, archiver): `make demo ARGS=--chaos`.
+demo: install
+	$(VENV)/bin/tidemark demo $(ARGS)
 
 bench: install
 	$(PY) bench/handler.py

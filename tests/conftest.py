@@ -14,6 +14,7 @@ import pytest
 
 from tidemark.clock import ManualClock
 from tidemark.config import TidemarkConfig, load_config
+from tidemark.embedded.broker import kafka_broker
 from tidemark.embedded.moto_server import moto_server
 from tidemark.faults import CrashPoints
 from tidemark.ledger.dynamodb import ledger_table_schema
@@ -43,6 +44,13 @@ def example_config() -> TidemarkConfig:
 def moto_endpoint() -> Iterator[str]:
     with moto_server() as endpoint:
         yield endpoint
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> Iterator[str]:
+    """One embedded Kafka-protocol broker for the session; tests use topics of their own."""
+    with kafka_broker() as bootstrap:
+        yield bootstrap
 
 
 @dataclass

@@ -19,3 +19,20 @@ def test_workload_round_trip(archive, example_config):
     report = verify_archive(archive.s3, archive.bucket, "orders", workload.expected)
     print(report.summary())
     assert report.ok, report.summary()
+
+
+def test_drain_writes_every_open_buffer_now_with_its_reason(archive, example_config):
+    """Nothing is due (small buffers, no time passed), yet drain seals and writes them all."""
+    runtime = archive.runtime(example_config)
+    workload = make_orders(partitions=2, per_partition=120, hours=3)
+    Archiver(runtime).handle(msk_event(workload.all_records()))
+    stream = example_config.streams[0]
+    assert all(runtime.writer(stream, p).maintain().flushes == [] for p in workload.records)
+
+    outcomes = [runtime.writer(stream, p).drain() for p in workload.records]
+
+    assert {flush.reason for outcome in outcomes for flush in outcome.flushes} == {"drain"}
+    assert all(not runtime.ledger.load("orders", p).buffers for p in workload.records)
+    report = verify_archive(archive.s3, archive.bucket, "orders", workload.expected)
+    assert report.ok and report.archived + report.dead_lettered == len(workload.expected), report.summary()
+    assert not list(archive.staging_root.rglob("*.seg"))

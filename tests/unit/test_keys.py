@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from tidemark.exceptions import UnsafePathError
-from tidemark.objects.keys import object_key
+from tidemark.objects.keys import hour_of_key, object_key
 
 
 def test_documented_example() -> None:
@@ -92,3 +92,11 @@ def test_keys_sort_by_offset() -> None:
 def test_unsafe_inputs_are_refused(args: tuple[Any, ...]) -> None:
     with pytest.raises(UnsafePathError):
         object_key(*args)
+
+
+def test_hour_of_key_inverts_the_folder_of_object_key():
+    key = object_key("errors", "orders", "2026-11-21T07", 3, 100, 199, "jsonl.gz")
+    assert hour_of_key(key) == "2026-11-21T07"
+    for bad in ("raw/orders/2026/11/21/orders+0+1-2.jsonl", "raw/orders/2026/xx/21/07/o.jsonl", ""):
+        with pytest.raises(UnsafePathError):
+            hour_of_key(bad)

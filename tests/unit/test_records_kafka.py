@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
-from tests.support.events import esm_record, load_event, msk_event
+from tests.support.events import load_event, msk_event
 from tidemark.exceptions import MalformedEventError, TidemarkError
 from tidemark.records import PartitionBatch, Record, parse_kafka_event
+from tidemark.records.esm import encode_record
 
 WEB = (("source", b"web"),)
 
@@ -123,7 +124,7 @@ def test_records_are_grouped_by_topic_partition_in_delivery_order() -> None:
 def test_grouping_follows_each_records_own_topic_and_partition() -> None:
     # The 'topic-partition' group label is only a label: a record is filed by its own fields.
     event = msk_event([Record("orders", 0, 1, 1, b"a")])
-    event["records"]["orders-0"].append(esm_record(Record("orders", 4, 2, 1, b"b")))
+    event["records"]["orders-0"].append(encode_record(Record("orders", 4, 2, 1, b"b")))
     assert parse_kafka_event(event) == [
         PartitionBatch("orders", 0, [Record("orders", 0, 1, 1, b"a")]),
         PartitionBatch("orders", 4, [Record("orders", 4, 2, 1, b"b")]),

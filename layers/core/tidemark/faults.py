@@ -23,6 +23,9 @@ AFTER_UPLOAD = "after_upload"  # object in S3, ledger commit not written
 AFTER_COMMIT = "after_commit"  # committed, staging segments not yet deleted
 DURING_CLEANUP = "during_cleanup"  # some of a committed flush's segments deleted
 
+ENV_CRASH_AT = "TIDEMARK_CRASH_AT"
+CRASH_EXIT_CODE = 137  # what a SIGKILL'd process reports; chaos runs read it as "died at the point"
+
 ALL_CRASH_POINTS: tuple[str, ...] = (
     BEFORE_SEGMENT_WRITE,
     DURING_SEGMENT_WRITE,
@@ -69,17 +72,17 @@ class CrashAt:
         if self.hits >= self.nth:
             self.fired = True
             if self.hard_exit:
-                os._exit(137)
+                os._exit(CRASH_EXIT_CODE)
             raise SimulatedCrash(point)
 
 
 def crash_points_from_env(environ: Mapping[str, str] | None = None) -> CrashPoints:
     """``TIDEMARK_CRASH_AT=point[:nth]`` makes a process die for real at that point (chaos runs)."""
-    spec = (os.environ if environ is None else environ).get("TIDEMARK_CRASH_AT", "")
+    spec = (os.environ if environ is None else environ).get(ENV_CRASH_AT, "")
     if not spec:
         return NoCrashes()
     point, _, nth = spec.partition(":")
     try:
         return CrashAt(point, int(nth or 1), hard_exit=True)
     except ValueError as exc:
-        raise ConfigError(f"TIDEMARK_CRASH_AT={spec!r}: {exc}") from None
+        raise ConfigError(f"{ENV_CRASH_AT}={spec!r}: {exc}") from None

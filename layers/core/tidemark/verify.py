@@ -52,7 +52,11 @@ class VerificationReport:
     corrupted: list[tuple[int, int]] = field(default_factory=list)
     objects: int = 0
     objects_per_hour: Counter[str] = field(default_factory=Counter)
+    records_per_hour: Counter[str] = field(default_factory=Counter)
     dead_letter_reasons: Counter[str] = field(default_factory=Counter)
+    produced_by_partition: Counter[int] = field(default_factory=Counter)
+    archived_by_partition: Counter[int] = field(default_factory=Counter)  # copies found, raw
+    dead_lettered_by_partition: Counter[int] = field(default_factory=Counter)  # copies found, errors
 
     @property
     def ok(self) -> bool:
@@ -142,15 +146,19 @@ def verify_archive(
     report = VerificationReport(objects=objects, objects_per_hour=per_hour)
     wanted = {(item.partition, item.offset): item for item in expected}
     report.produced = len(wanted)
+    report.produced_by_partition.update(partition for partition, _offset in wanted)
     seen: Counter[tuple[int, int]] = Counter()
     for record in archived:
         ident = (record.partition, record.offset)
         seen[ident] += 1
         if record.dead_letter:
             report.dead_lettered += 1
+            report.dead_lettered_by_partition[record.partition] += 1
             report.dead_letter_reasons[record.error.split(":", 1)[0]] += 1
         else:
             report.archived += 1
+            report.archived_by_partition[record.partition] += 1
+            report.records_per_hour[record.folder] += 1
         want = wanted.get(ident)
         if want is None:
             report.unexpected.append(ident)

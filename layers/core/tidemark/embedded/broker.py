@@ -18,7 +18,8 @@ from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
 
-from tidemark.embedded.moto_server import free_port
+from tidemark.embedded.kafka_clients import client_settings
+from tidemark.embedded.ports import LOOPBACK, free_port
 from tidemark.exceptions import TidemarkError
 
 
@@ -42,16 +43,17 @@ def _ready(bootstrap: str) -> bool:
     from confluent_kafka.admin import AdminClient
 
     try:
-        AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=1)
+        AdminClient(client_settings(bootstrap)).list_topics(timeout=1)
     except Exception:  # noqa: BLE001 - any failure means "not ready yet"
         return False
     return True
 
 
 @contextmanager
-def kafka_broker(host: str = "127.0.0.1", startup_timeout: float = 30.0) -> Iterator[str]:
-    """Start a broker on a free loopback port, yield its bootstrap servers, always stop it."""
-    port = free_port()
+def kafka_broker(host: str = LOOPBACK, port: int = 0, startup_timeout: float = 30.0) -> Iterator[str]:
+    """Start a broker on loopback (a free port by default), yield its bootstrap servers, always
+    stop it."""
+    port = port or free_port(host)
     listener = f"tcp://{host}:{port}"
     bootstrap = f"{host}:{port}"
     command = [str(tansu_binary()), "broker", "--listener-url", listener, "--advertised-listener-url", listener]

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -25,14 +24,9 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from tidemark.exceptions import TidemarkError
+
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class _Serialised:
@@ -60,10 +54,11 @@ def serve(host: str, port: int) -> None:
 
 
 @contextmanager
-def moto_server(host: str = "127.0.0.1", startup_timeout: float = 60.0) -> Iterator[str]:
-    """Start the server in a child process on a free port, yield its endpoint, always stop it."""
+def moto_server(host: str = "127.0.0.1", port: int = 0, startup_timeout: float = 60.0) -> Iterator[str]:
+    """Start the server in a child process (on a free port by default), yield its endpoint,
+    always stop it."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "tidemark.embedded.moto_server", "--host", host, "--port", "0"],
+        [sys.executable, "-m", "tidemark.embedded.moto_server", "--host", host, "--port", str(port)],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -72,7 +67,7 @@ def moto_server(host: str = "127.0.0.1", startup_timeout: float = 60.0) -> Itera
         assert process.stdout is not None
         endpoint = process.stdout.readline().strip()
         if not endpoint.startswith("http://"):
-            raise RuntimeError(f"moto server failed to start (exit code {process.poll()})")
+            raise TidemarkError(f"moto server failed to start on {host}:{port} (exit code {process.wait()})")
         # Keep draining stdout so a chatty server can never block on a full pipe.
         threading.Thread(target=process.stdout.read, daemon=True).start()
         deadline = time.monotonic() + startup_timeout
@@ -82,7 +77,7 @@ def moto_server(host: str = "127.0.0.1", startup_timeout: float = 60.0) -> Itera
                     break
             except OSError:
                 if time.monotonic() > deadline or process.poll() is not None:
-                    raise RuntimeError(f"moto server at {endpoint} did not answer") from None
+                    raise TidemarkError(f"moto server at {endpoint} did not answer") from None
         yield endpoint
     finally:
         process.terminate()

@@ -23,3 +23,12 @@ def object_key(prefix: str, stream: str, hour: str, partition: int, first: int, 
     ):
         raise UnsafePathError(f"refusing object key for partition={partition!r} offsets {first!r}..{last!r}")
     return f"{prefix}/{stream}/{hour_path(hour)}/{stream}+{partition}+{first:020d}-{last:020d}.{extension}"
+
+
+def hour_of_key(key: str) -> str:
+    """The event-hour label an object key is filed under (the inverse of ``object_key``'s folder)."""
+    parts = key.split("/")
+    hour = "{}-{}-{}T{}".format(*parts[2:6]) if len(parts) >= 7 else ""
+    if not matches(HOUR, hour):
+        raise UnsafePathError(f"not a Tidemark object key: {key!r}")
+    return hour

@@ -8,7 +8,8 @@ steps, each a method below; DESIGN.md has the protocol as pseudo-code with its c
     rotate    seal the OPEN buffers a rotation rule fires for
     flush     for each SEALED flush: render+upload -> ledger commit -> delete its segments
 
-The sweeper runs ``maintain`` (recover + rotate + flush) through exactly the same code.
+The sweeper runs ``maintain`` (recover + rotate + flush) through exactly the same code;
+``drain`` is the same run with every OPEN buffer due (rotation reason ``drain``).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from tidemark.writer.stream import StreamContext
 logger = logging.getLogger(__name__)
 
 FORMAT_CHANGED = "format_changed"
+DRAIN = "drain"  # an operator (or the demo's last step) asked for every open buffer to be written now
 
 # A warm container lists the staging directory (a network round trip on EFS) at most this often
 # per partition; a cold start and every maintenance run always do.
@@ -85,7 +87,7 @@ class PartitionWriter:
 
     # -- the run ------------------------------------------------------------------------------
 
-    def write(self, records: Sequence[Record], *, fresh: bool = False) -> BatchOutcome:
+    def write(self, records: Sequence[Record], *, fresh: bool = False, drain: bool = False) -> BatchOutcome:
         """Archive one delivered batch of this partition. Returns only when every record is in a
         ledger-accepted segment (raw or dead-letter), so the caller may let offsets commit."""
         outcome = BatchOutcome(records_in=len(records))
@@ -94,7 +96,7 @@ class PartitionWriter:
         state = self.stage(records, state, outcome)
         if state.version != version and self._gc_due():  # just written: the stored state right now
             self.collect_garbage(state, outcome)
-        state = self.rotate(state, outcome)
+        state = self.rotate(state, outcome, drain=drain)
         self.flush(state, outcome)
         return outcome
 
@@ -102,6 +104,11 @@ class PartitionWriter:
         """Recover from a fresh read, then seal and flush whatever is due (idle buffers past
         max age). The sweeper's entry point."""
         return self.write((), fresh=True)
+
+    def drain(self) -> BatchOutcome:
+        """Like ``maintain``, but every OPEN buffer is sealed and written now, whatever its age:
+        before a shutdown, a config change, or at the end of the embedded demo."""
+        return self.write((), fresh=True, drain=True)
 
     def _gc_due(self) -> bool:
         last = self._gc_times.get(self._key)
@@ -236,19 +243,21 @@ class PartitionWriter:
 
     # -- rotate -------------------------------------------------------------------------------
 
-    def _due(self, state: PartitionState, now: int) -> dict[str, str]:
+    def _due(self, state: PartitionState, now: int, drain: bool) -> dict[str, str]:
         """The flush policy's rules, plus: a buffer staged under another format is sealed."""
+        if drain:
+            return dict.fromkeys(state.buffers, DRAIN)
         due = self.stream.policy.due(state.buffers, now)
         for key, buffer in state.buffers.items():
             if buffer.spec != self.stream.spec:
                 due.setdefault(key, FORMAT_CHANGED)
         return due
 
-    def rotate(self, state: PartitionState, outcome: BatchOutcome) -> PartitionState:
+    def rotate(self, state: PartitionState, outcome: BatchOutcome, *, drain: bool = False) -> PartitionState:
         """Seal every OPEN buffer a rotation rule fires for (invariant 4: seal before upload)."""
         for _attempt in range(self.stream.archive.max_accept_attempts):
             now = self._clock.now_ms()
-            due = self._due(state, now)
+            due = self._due(state, now, drain)
             if not due:
                 return state
             sealed = state.seal(due, lambda buffer: self.stream.object_key(self.partition, buffer), now)

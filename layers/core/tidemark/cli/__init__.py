@@ -1,0 +1,1 @@
+"""The ``tidemark`` command line: local runs of the real pipeline (``demo``, ``invoke``)."""

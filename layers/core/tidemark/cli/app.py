@@ -1,0 +1,45 @@
+"""``tidemark``: the command-line entry point (console script ``tidemark = tidemark.cli.app:main``).
+
+Every command turns a Tidemark error into one line on stderr and exit code 2, an interrupt
+(Ctrl-C or SIGTERM) into exit code 130 -- in both cases after every process it started is gone.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from types import FrameType
+
+import typer
+
+from tidemark.cli.demo import demo
+from tidemark.cli.invoke import invoke
+
+app = typer.Typer(
+    name="tidemark",
+    help="Tidemark: exactly-once archiving of Kafka topics into event-hour S3 objects. "
+    "These commands run the real pipeline on this machine, with no AWS account.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",
+)
+app.command(no_args_is_help=False)(demo)
+app.command()(invoke)
+
+
+def _terminate(_signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt  # unwinds through every context manager, which stop their processes
+
+
+def main() -> None:
+    signal.signal(signal.SIGTERM, _terminate)
+    try:
+        app()
+    except KeyboardInterrupt:
+        print("interrupted: every process the command started has been stopped", file=sys.stderr)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

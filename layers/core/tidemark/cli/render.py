@@ -1,0 +1,111 @@
+"""Drawing the demo for a terminal: progress while it runs, tables and a verdict at the end."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from tidemark.embedded.demo import DemoResult
+
+
+class RichUI:
+    """``DemoUI`` on a rich console: one line per step, a bar per long phase."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self._progress = Progress(
+            TextColumn("{task.description:>10}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        )
+        self._tasks: dict[str, TaskID] = {}
+
+    def __enter__(self) -> RichUI:
+        self._progress.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._progress.stop()
+
+    def step(self, text: str) -> None:
+        self.console.print(f"[bold]•[/bold] {text}")
+
+    def progress(self, task: str, done: int, total: int) -> None:
+        if task not in self._tasks:
+            self._tasks[task] = self._progress.add_task(task, total=total)
+        self._progress.update(self._tasks[task], completed=done, total=total)
+
+
+def _table(title: str, *columns: str) -> Table:
+    table = Table(title=title, title_justify="left", show_edge=False)
+    for index, column in enumerate(columns):
+        table.add_column(column, justify="left" if index == 0 else "right")
+    return table
+
+
+def render_result(console: Console, result: DemoResult) -> None:
+    data: dict[str, Any] = result.to_dict()
+    report = result.verification
+    check = data["verification"]
+
+    partitions = _table(
+        "Produced vs archived (read back from S3)", "partition", "produced", "archived", "dead-lettered"
+    )
+    for partition, row in data["partitions"].items():
+        partitions.add_row(partition, str(row["produced"]), str(row["archived"]), str(row["dead_lettered"]))
+    partitions.add_row("all", str(check["produced"]), str(check["archived"]), str(check["dead_lettered"]), style="bold")
+    console.print(partitions)
+
+    hours = _table("Event hours", "hour (UTC folder)", "objects", "records")
+    for hour, objects in data["objects_per_hour"].items():
+        hours.add_row(hour, str(objects), str(data["records_per_hour"].get(hour, 0)))
+    console.print(hours)
+    console.print(f"late records produced: {data['late_produced']} (each filed under its own event hour)")
+
+    if report.dead_letter_reasons:
+        reasons = _table("Dead letters (errors/ prefix)", "reason", "records")
+        for reason, count in data["dead_letter_reasons"].items():
+            reasons.add_row(reason, str(count))
+        console.print(reasons)
+
+    delivery = data["delivery"]
+    console.print(
+        f"delivery: {delivery['batches']} batches (largest {delivery['largest_batch']}), "
+        f"{delivery['invocations']} invocations, {delivery['failed_invocations']} failed "
+        f"({delivery['crashed_invocations']} killed), {delivery['rebalances']} rebalances; "
+        f"drain wrote {data['drained_objects']} objects"
+    )
+    for error in delivery["function_errors"]:
+        console.print(f"[yellow]function error seen:[/yellow] {error}")
+    if data["chaos"] is not None:
+        chaos = data["chaos"]
+        points = ", ".join(f"{point} x{count}" for point, count in chaos["crash_points"].items()) or "none"
+        console.print(
+            f"chaos: {chaos['crashes']} processes killed ({points}); {chaos['not_reached']} armed but finished; "
+            f"{chaos['lost_commits']} commits lost"
+        )
+    if data["staging_segments_left"]:
+        console.print(
+            f"staging: {data['staging_segments_left']} orphaned segment(s) of killed processes, never accepted by "
+            "the ledger; removed after archive.segment_grace"
+        )
+    console.print(
+        f"ledger vs S3: {len(result.ledger_only)} committed but missing, {len(result.s3_only)} unknown to the ledger"
+    )
+    timings = ", ".join(f"{name} {seconds:.1f}s" for name, seconds in data["timings_s"].items())
+    console.print(f"timings: {timings}")
+    console.print(f"logs and staging: {result.workdir}")
+    verdict = (
+        f"lost {check['lost']}, duplicated {check['duplicated']}, misfiled {check['misfiled']}, "
+        f"corrupted {check['corrupted']}, unexpected {check['unexpected']}"
+    )
+    if result.ok:
+        console.print(f"[bold green]PASS[/bold green]: {check['produced']} records exactly once ({verdict})")
+    else:
+        console.print(f"[bold red]FAIL[/bold red]: {verdict}")

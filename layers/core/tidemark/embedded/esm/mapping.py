@@ -1,0 +1,242 @@
+"""The local event source mapping: poll a consumer group, invoke, commit only after success.
+
+Behaves like the Lambda event source mapping for MSK / self-managed Kafka:
+
+* batches close at ``batch_size`` records, at the 6 MB payload limit, or when the batching
+  window since the batch's first record has passed (``batching.BatchBuilder``);
+* one event per batch, records grouped by ``topic-partition``, key and value base64, headers
+  as byte arrays (``tidemark.records.esm``);
+* offsets are committed to the consumer group only after the function returned;
+* a failed invocation is retried with the whole batch, unchanged, until it succeeds (or
+  ``max_attempts`` is exhausted, which stops the mapping with ``DeliveryError``);
+* invocations are sequential, so no partition ever has two invocations in flight.
+
+A "rebalance" (``rebalance()``) closes the consumer and joins the group again, so delivery
+restarts from the committed offsets -- what happens to a real ESM when brokers or pollers move.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tidemark.clock import Clock, SystemClock
+from tidemark.embedded.esm.batching import BatchBuilder, BatchLimits
+from tidemark.embedded.esm.invokers import Invocation, Invoker
+from tidemark.embedded.kafka_clients import client_settings
+from tidemark.exceptions import TidemarkError
+from tidemark.records.esm import EventSource, build_event
+from tidemark.records.model import Record
+
+if TYPE_CHECKING:
+    from confluent_kafka import Consumer, Message
+
+logger = logging.getLogger(__name__)
+
+STARTING_POSITIONS = {"TRIM_HORIZON": "earliest", "LATEST": "latest"}
+POLL_TIMEOUT_S = 0.5
+
+
+class MappingError(TidemarkError):
+    """The local event source mapping cannot go on."""
+
+
+class DeliveryError(MappingError):
+    """A batch failed ``max_attempts`` times in a row (the function keeps erroring)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MappingConfig:
+    bootstrap_servers: str
+    topic: str
+    group_id: str
+    limits: BatchLimits = field(default_factory=BatchLimits)
+    starting_position: str = "TRIM_HORIZON"
+    max_attempts: int = 25
+    event_source: EventSource | None = None  # defaults to a self-managed Kafka source
+
+    def __post_init__(self) -> None:
+        if self.starting_position not in STARTING_POSITIONS:
+            raise MappingError(f"starting_position must be one of {sorted(STARTING_POSITIONS)}")
+        if self.max_attempts < 1:
+            raise MappingError("max_attempts must be at least 1")
+
+    def source(self) -> EventSource:
+        return self.event_source or EventSource(self.bootstrap_servers, event_source="SelfManagedKafka")
+
+    def consumer_settings(self) -> dict[str, Any]:
+        settings = {
+            "group.id": self.group_id,
+            "client.id": "tidemark-local-esm",
+            "enable.auto.commit": False,
+            "auto.offset.reset": STARTING_POSITIONS[self.starting_position],
+            # A short session keeps the group join (and every rebalance) to a few seconds.
+            "session.timeout.ms": 6000,
+            "enable.partition.eof": False,
+        }
+        return client_settings(self.bootstrap_servers, **settings)
+
+
+@dataclass
+class MappingStats:
+    batches: int = 0  # distinct batches delivered successfully
+    records: int = 0  # records in those batches (redeliveries count again)
+    invocations: int = 0
+    failed_invocations: int = 0
+    crashed_invocations: int = 0
+    rebalances: int = 0
+    max_batch: int = 0
+    errors: list[str] = field(default_factory=list)  # distinct function errors seen
+
+
+def record_of(message: Message) -> Record:
+    """A consumed message as the common record (what the ESM would base64-encode)."""
+    topic, partition, offset = message.topic(), message.partition(), message.offset()
+    assert topic is not None and partition is not None and offset is not None
+    raw_headers = message.headers() or ()
+    pairs = raw_headers.items() if isinstance(raw_headers, dict) else raw_headers
+    headers = tuple((name, data.encode() if isinstance(data, str) else data or b"") for name, data in pairs)
+    return Record(topic, partition, offset, message.timestamp()[1], message.value() or b"", message.key(), headers)
+
+
+class EventSourceMapping:
+    def __init__(
+        self,
+        config: MappingConfig,
+        invoker: Invoker,
+        *,
+        clock: Clock | None = None,
+        lose_commit: Callable[[], bool] = lambda: False,
+        on_delivered: Callable[[list[Record], Invocation], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.invoker = invoker
+        self.clock = clock or SystemClock()
+        self.stats = MappingStats()
+        self.committed: dict[int, int] = {}  # partition -> next offset, as committed to the group
+        self._lose_commit = lose_commit
+        self._on_delivered = on_delivered
+        self._fetched: deque[Record] = deque()
+        self._builder = BatchBuilder(config.limits)
+        self._source = config.source()
+        self._consumer: Consumer | None = None
+
+    # -- consumer lifecycle ---------------------------------------------------------------
+
+    def start(self) -> EventSourceMapping:
+        from confluent_kafka import Consumer
+
+        self._consumer = Consumer(self.config.consumer_settings())
+        self._consumer.subscribe([self.config.topic])
+        return self
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+    def __enter__(self) -> EventSourceMapping:
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def rebalance(self) -> None:
+        """Leave and rejoin the group: everything not committed is delivered again."""
+        self.stats.rebalances += 1
+        self._fetched.clear()
+        self._builder.take()
+        self.close()
+        self.start()
+
+    # -- polling ------------------------------------------------------------------------------
+
+    def _consume(self, timeout_s: float) -> None:
+        assert self._consumer is not None, "start() the mapping first"
+        for message in self._consumer.consume(num_messages=self.config.limits.batch_size, timeout=timeout_s):
+            error = message.error()
+            if error is not None:
+                if error.fatal():
+                    raise MappingError(f"Kafka consumer failed: {error.str()}")
+                logger.warning("consumer error", extra={"error": error.str()})
+                continue
+            self._fetched.append(record_of(message))
+
+    def next_batch(self) -> list[Record]:
+        """Gather the next batch; an empty list means nothing arrived for a poll interval."""
+        builder = self._builder
+        while True:
+            while self._fetched and builder.offer(self._fetched[0], self.clock.now_ms()):
+                self._fetched.popleft()
+            now = self.clock.now_ms()
+            if builder.ready(now) or (self._fetched and builder.records):
+                return builder.take()
+            wait_ms = builder.remaining_ms(now) if builder.records else int(POLL_TIMEOUT_S * 1000)
+            before = len(self._fetched)
+            self._consume(max(wait_ms, 1) / 1000)
+            if len(self._fetched) == before and not builder.records:
+                return []
+
+    # -- delivery -----------------------------------------------------------------------------
+
+    def deliver(self, records: list[Record]) -> Invocation:
+        """Invoke until the batch succeeds, then commit its offsets (unless chaos loses them)."""
+        event = build_event(records, self._source)
+        for attempt in range(1, self.config.max_attempts + 1):
+            self.stats.invocations += 1
+            result = self.invoker.invoke(event)
+            if result.ok:
+                break
+            self.stats.failed_invocations += 1
+            self.stats.crashed_invocations += result.crashed
+            if result.error and not result.crashed and result.error not in self.stats.errors:
+                self.stats.errors.append(result.error)
+            logger.info("invocation failed; retrying the batch", extra={"attempt": attempt, "error": result.error})
+        else:
+            first = records[0]
+            raise DeliveryError(
+                f"batch of {len(records)} records starting at {first.topic}-{first.partition}@{first.offset} "
+                f"failed {self.config.max_attempts} times; last error: {result.error}"
+            )
+        self.stats.batches += 1
+        self.stats.records += len(records)
+        self.stats.max_batch = max(self.stats.max_batch, len(records))
+        if self._on_delivered is not None:
+            self._on_delivered(records, result)
+        if self._lose_commit():
+            self.rebalance()  # the commit never reached the group: the batch comes again
+        else:
+            self._commit(records)
+        return result
+
+    def _commit(self, records: list[Record]) -> None:
+        from confluent_kafka import TopicPartition
+
+        assert self._consumer is not None
+        ends: dict[int, int] = {}
+        for record in records:
+            ends[record.partition] = max(ends.get(record.partition, 0), record.offset + 1)
+        offsets = [TopicPartition(self.config.topic, partition, end) for partition, end in sorted(ends.items())]
+        self._consumer.commit(offsets=offsets, asynchronous=False)
+        for partition, end in ends.items():
+            self.committed[partition] = max(self.committed.get(partition, 0), end)
+
+    def run(self, until: Callable[[], bool], *, idle_timeout_s: float = 60.0) -> None:
+        """Deliver batches until ``until()`` holds; fail if nothing arrives for ``idle_timeout_s``."""
+        idle_since: int | None = None
+        while not until():
+            batch = self.next_batch()
+            if batch:
+                idle_since = None
+                self.deliver(batch)
+                continue
+            now = self.clock.now_ms()
+            idle_since = now if idle_since is None else idle_since
+            if now - idle_since > idle_timeout_s * 1000:
+                raise MappingError(
+                    f"no records from {self.config.topic!r} for {idle_timeout_s:.0f}s while records are still "
+                    "outstanding; is the broker up and the topic right?"
+                )

@@ -1,0 +1,178 @@
+"""The demo's workload: realistic JSON orders produced to a real Kafka topic.
+
+Event times are spread over the last ``hours`` hours in produce order (with jitter), a share of
+records arrives hours late, and a few are malformed (not JSON, no event time, an unreadable
+event time). What each record should become -- its event-hour folder, or a dead letter -- is
+worked out here from the values the generator chose, independently of the archiver, and tied to
+the partition and offset the broker assigned (from the delivery reports).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+from zoneinfo import ZoneInfo
+
+import orjson
+
+from tidemark.embedded.kafka_clients import client_settings
+from tidemark.exceptions import TidemarkError
+from tidemark.verify import ExpectedRecord
+
+if TYPE_CHECKING:
+    from confluent_kafka import KafkaError, Message
+
+HOUR_MS = 3_600_000
+MALFORMED_KINDS = ("not_json", "no_event_time", "bad_event_time")
+PRODUCTS = [f"p-{n:03d}" for n in range(1, 41)]
+CHANNELS = (b"web", b"app", b"store")
+
+
+class WorkloadError(TidemarkError):
+    """The workload could not be produced (topic problems, undelivered records)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadSpec:
+    records: int = 50_000
+    hours: int = 4
+    late_share: float = 0.03
+    malformed_share: float = 0.002
+    seed: int = 7
+
+    def __post_init__(self) -> None:
+        if self.records < 1 or self.hours < 1:
+            raise ValueError("records and hours must be at least 1")
+        for name, share in (("late_share", self.late_share), ("malformed_share", self.malformed_share)):
+            if not 0 <= share <= 1:
+                raise ValueError(f"{name} must be between 0 and 1, got {share}")
+
+
+@dataclass(frozen=True, slots=True)
+class Order:
+    key: bytes
+    value: bytes
+    headers: list[tuple[str, str | bytes | None]]
+    hour: str | None  # expected event-hour label, None: must be dead-lettered
+    late: bool
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def generate(spec: WorkloadSpec, now_ms: int, timezone: str = "UTC") -> Iterator[Order]:
+    rng = random.Random(spec.seed)
+    zone = ZoneInfo(timezone)
+    span = spec.hours * HOUR_MS
+    start = now_ms - span
+    # "a few" malformed records even in small runs, at fixed positions spread over the run
+    malformed_every = max(1, min(int(1 / spec.malformed_share) if spec.malformed_share else 0, spec.records // 3))
+    for index in range(spec.records):
+        event_ms = start + span * index // spec.records - rng.randint(0, 120_000)
+        late = rng.random() < spec.late_share
+        if late:
+            event_ms -= rng.randint(2, 6) * HOUR_MS - rng.randint(0, HOUR_MS)
+        customer = f"c-{rng.randint(1, 5_000):05d}"
+        order = {
+            "order_id": f"o-{spec.seed}-{index:08d}",
+            "customer_id": customer,
+            "product_id": rng.choice(PRODUCTS),
+            "price": round(rng.uniform(2, 250), 2),
+            "quantity": rng.randint(1, 5),
+            "currency": "EUR",
+            "created_at": _iso(event_ms),
+        }
+        hour: str | None = datetime.fromtimestamp(event_ms / 1000, zone).strftime("%Y-%m-%dT%H")
+        value = orjson.dumps(order)
+        if spec.malformed_share and index % malformed_every == malformed_every // 2:
+            kind = MALFORMED_KINDS[(index // malformed_every) % len(MALFORMED_KINDS)]
+            hour = None
+            if kind == "not_json":
+                value = f"order {order['order_id']} price={order['price']}".encode()
+            elif kind == "no_event_time":
+                value = orjson.dumps({k: v for k, v in order.items() if k != "created_at"})
+            else:
+                value = orjson.dumps({**order, "created_at": "yesterday"})
+        headers: list[tuple[str, str | bytes | None]] = [("channel", rng.choice(CHANNELS)), ("schema", b"orders/v1")]
+        yield Order(customer.encode(), value, headers, hour, late and hour is not None)
+
+
+def ensure_topic(bootstrap: str, topic: str, partitions: int, timeout_s: float = 15.0) -> None:
+    """Create ``topic``; an existing one must be empty (the report compares against what we produce)."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    admin = AdminClient(client_settings(bootstrap))
+    metadata = admin.list_topics(timeout=timeout_s)
+    if topic not in metadata.topics:
+        future = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic]
+        try:
+            future.result(timeout=timeout_s)
+        except KafkaException as exc:
+            raise WorkloadError(f"cannot create topic {topic!r}: {exc}") from None
+        return
+    probe = Consumer(client_settings(bootstrap, **{"group.id": "tidemark-demo-probe"}))
+    try:
+        for partition in metadata.topics[topic].partitions:
+            low, high = probe.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s)
+            if high > low:
+                raise WorkloadError(
+                    f"topic {topic!r} already holds records; the demo needs an empty topic: "
+                    "pass --topic with a new name"
+                )
+    finally:
+        probe.close()
+
+
+def produce(
+    bootstrap: str,
+    topic: str,
+    orders: Iterator[Order],
+    *,
+    on_progress: Callable[[int], None] | None = None,
+    timeout_s: float = 120.0,
+) -> list[ExpectedRecord]:
+    """Produce every order; return what the archive must hold, keyed by the broker's offsets."""
+    from confluent_kafka import Producer
+
+    producer = Producer(client_settings(bootstrap, **{"linger.ms": 20, "acks": "all"}))
+    expected: list[ExpectedRecord] = []
+    failures: list[str] = []
+
+    def delivered(order: Order) -> Callable[[KafkaError | None, Message], None]:
+        def report(error: KafkaError | None, message: Message) -> None:
+            if error is not None:
+                failures.append(error.str())
+                return
+            partition, offset = message.partition(), message.offset()
+            assert partition is not None and offset is not None
+            expected.append(ExpectedRecord(partition, offset, order.value, order.hour))
+
+        return report
+
+    sent = 0
+    for order in orders:
+        while True:
+            try:
+                producer.produce(topic, order.value, order.key, headers=order.headers, on_delivery=delivered(order))
+                break
+            except BufferError:  # local queue full: let deliveries drain
+                producer.poll(0.1)
+        sent += 1
+        if sent % 1000 == 0:
+            producer.poll(0)
+            if on_progress is not None:
+                on_progress(sent)
+    remaining = producer.flush(timeout_s)
+    if on_progress is not None:
+        on_progress(sent)
+    if remaining or failures:
+        raise WorkloadError(
+            f"{remaining + len(failures)} of {sent} records were not delivered to {topic!r}"
+            + (f": {failures[0]}" if failures else "")
+        )
+    return expected
