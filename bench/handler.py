@@ -73,6 +73,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from tidemark.embedded.lambda_runtime import LocalContext
+
 ROOT = Path(__file__).resolve().parents[1]
 HANDLER_PATH = ROOT / "functions" / "archiver" / "handler.py"
 CONFIG_PATH = ROOT / "config" / "tidemark.yaml"
@@ -178,20 +180,6 @@ def event_digest(event: dict[str, Any], digest: Any) -> None:
 
 
 # -- harness ---------------------------------------------------------------------------------
-
-
-class FakeLambdaContext:
-    def __init__(self, index: int) -> None:
-        self.function_name = "tidemark-archiver"
-        self.function_version = "$LATEST"
-        self.memory_limit_in_mb = 1024
-        self.invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:tidemark-archiver"
-        self.aws_request_id = f"00000000-0000-4000-8000-{index:012d}"
-        self.log_group_name = "/aws/lambda/tidemark-archiver"
-        self.log_stream_name = "bench"
-
-    def get_remaining_time_in_millis(self) -> int:
-        return 900_000
 
 
 def set_environment(staging: Path, spool: Path) -> None:
@@ -340,7 +328,7 @@ def handler_call(
         moto_timer.active = True
         try:
             with contextlib.redirect_stdout(sink):  # EMF documents are print()ed
-                response = lambda_handler(event, FakeLambdaContext(index))
+                response = lambda_handler(event, LocalContext(aws_request_id=f"00000000-0000-4000-8000-{index:012d}"))
         finally:
             moto_timer.active = False
         if response.get("status") != "ok":

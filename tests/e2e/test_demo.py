@@ -4,25 +4,29 @@ the archive against what the broker holds."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
 import boto3
 import orjson
+import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from tests.conftest import REPO, Archive
 from tests.support.harness import assert_objects_describe_themselves
-from tests.support.processes import service_processes
+from tests.support.processes import CHILD, service_processes
 from tidemark.clock import ManualClock
 from tidemark.config import load_config
 from tidemark.embedded.kafka_clients import client_settings
-from tidemark.verify import ExpectedRecord, verify_archive
+from tidemark.verify import ExpectedRecord, RecordMeta, verify_archive
 
 TIMEOUT_S = 600
 
@@ -53,7 +57,7 @@ def read_topic(bootstrap: str, topic: str) -> list[ExpectedRecord]:
     try:
         partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
         consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-        found: dict[tuple[int, int], bytes] = {}
+        found: dict[tuple[int, int], tuple[bytes, RecordMeta]] = {}
         quiet = 0
         # Read until the topic stays quiet (the embedded broker's watermarks are not exact).
         while quiet < 3:
@@ -61,10 +65,14 @@ def read_topic(bootstrap: str, topic: str) -> list[ExpectedRecord]:
             quiet = 0 if messages else quiet + 1
             for message in messages:
                 assert message.error() is None
-                found[(message.partition(), message.offset())] = message.value()
+                headers = tuple(message.headers() or ())
+                found[(message.partition(), message.offset())] = (
+                    message.value(),
+                    RecordMeta(topic, message.key(), headers),
+                )
     finally:
         consumer.close()
-    return [ExpectedRecord(p, o, value, expected_hour(value)) for (p, o), value in sorted(found.items())]
+    return [ExpectedRecord(p, o, value, expected_hour(value), meta) for (p, o), (value, meta) in sorted(found.items())]
 
 
 def test_demo_with_chaos_is_exactly_once_against_what_the_broker_holds(kafka_bootstrap, moto_endpoint, tmp_path):
@@ -127,7 +135,7 @@ def test_default_demo_starts_and_stops_its_own_broker_and_moto(tmp_path):
     )  # fmt: skip
 
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.strip().splitlines()[-1].startswith("PASS") or "PASS:" in done.stdout
+    assert "PASS: 1500 records exactly once" in done.stdout
     report = json.loads(report_path.read_text())
     assert report["verification"]["produced"] == 1500 and report["verification"]["lost"] == 0
     assert report["dead_letter_reasons"].keys() == {
@@ -137,4 +145,44 @@ def test_default_demo_starts_and_stops_its_own_broker_and_moto(tmp_path):
     }
     assert len(report["objects_per_hour"]) >= 4  # several event hours, late ones included
     assert not listening(report["bootstrap_servers"]) and not listening(report["endpoint"])
+    assert service_processes() == before
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupt_while_a_chaos_child_runs_stops_every_process(signum, tmp_path):
+    before = service_processes()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tidemark.cli.app",
+            "demo",
+            "--records",
+            "200000",
+            "--chaos",
+            "--crash-rate",
+            "0.5",
+            "--workdir",
+            str(tmp_path / "work"),
+        ],  # fmt: skip
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # even if our parent ignores it
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not any(CHILD in cmdline for _pid, cmdline in service_processes()):
+            assert time.monotonic() < deadline, "no chaos child started"
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=0.1)
+            assert process.returncode is None, process.communicate()
+        process.send_signal(signum)
+        _out, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, err
+    assert "interrupted: every process this command started has been stopped" in err
     assert service_processes() == before

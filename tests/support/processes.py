@@ -1,10 +1,12 @@
-"""Which embedded-service processes (broker, moto) are running, read from /proc."""
+"""Which processes the embedded runner starts (broker, moto, chaos children) are running, read
+from /proc."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-MARKERS = (b"tansu", b"tidemark.embedded.moto_server")
+MARKERS = (b"tansu", b"tidemark.embedded.moto_server", b"tidemark.embedded.esm.child")
+CHILD = b"tidemark.embedded.esm.child"
 
 
 def service_processes() -> set[tuple[int, bytes]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tidemark.embedded.esm.batching import BatchBuilder, BatchLimits
+from tidemark.embedded.esm.batching import ENVELOPE_BYTES, GROUP_OVERHEAD_BYTES, BatchBuilder, BatchLimits
 from tidemark.exceptions import ConfigError
 from tidemark.records.esm import payload_size
 from tidemark.records.model import Record
@@ -37,11 +37,23 @@ def test_window_counts_from_the_first_record():
 
 def test_payload_limit_holds_the_record_that_would_pass_it():
     one = payload_size(record(0, size=3000))
-    builder = BatchBuilder(BatchLimits(batch_size=100, window_ms=1000, max_payload_bytes=2 * one + one // 2))
+    first = one + ENVELOPE_BYTES + len("orders") + GROUP_OVERHEAD_BYTES  # the event's own fields count too
+    builder = BatchBuilder(BatchLimits(batch_size=100, window_ms=1000, max_payload_bytes=first + one + one // 2))
     assert builder.offer(record(0, 3000), 0) and builder.offer(record(1, 3000), 0)
     assert not builder.offer(record(2, 3000), 0)
-    assert builder.payload_bytes == 2 * one
+    assert builder.payload_bytes == first + one
     assert len(builder.take()) == 2
+    assert builder.payload_bytes == 0 and not builder.groups
+
+
+def test_every_new_partition_group_adds_its_key_to_the_payload():
+    builder = BatchBuilder(BatchLimits(batch_size=100, window_ms=1000))
+    builder.offer(record(0, partition=0), 0)
+    before = builder.payload_bytes
+    builder.offer(record(1, partition=0), 0)
+    same_group = builder.payload_bytes - before
+    builder.offer(record(0, partition=1), 0)
+    assert builder.payload_bytes - before - same_group == same_group + len("orders") + GROUP_OVERHEAD_BYTES
 
 
 def test_a_record_larger_than_the_limit_travels_alone():

@@ -17,6 +17,13 @@ class SystemClock:
         return time.time_ns() // 1_000_000
 
 
+class MonotonicClock:
+    """Milliseconds on a clock that never steps back: for timeouts and windows, not timestamps."""
+
+    def now_ms(self) -> int:
+        return time.monotonic_ns() // 1_000_000
+
+
 class ManualClock:
     """A clock that only moves when told to."""
 

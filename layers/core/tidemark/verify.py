@@ -21,6 +21,18 @@ if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
 
+Headers = tuple[tuple[str, bytes], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RecordMeta:
+    """What a record carries besides its value, checked when the producer knows it."""
+
+    topic: str
+    key: bytes | None
+    headers: Headers
+
+
 @dataclass(frozen=True, slots=True)
 class ArchivedRecord:
     partition: int
@@ -30,6 +42,7 @@ class ArchivedRecord:
     value: bytes
     dead_letter: bool
     error: str
+    meta: RecordMeta
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +51,7 @@ class ExpectedRecord:
     offset: int
     value: bytes
     hour: str | None  # expected event-hour label, None when it must be dead-lettered
+    meta: RecordMeta | None = None  # topic, key and headers; None: not checked
 
 
 @dataclass
@@ -93,6 +107,22 @@ def _value_bytes(value: Any, encoding: str) -> bytes:
     return orjson.dumps(value)
 
 
+def _meta(envelope: dict[str, Any], dead: bool, key_encoding: str, header_encoding: str) -> RecordMeta:
+    if dead:  # dead letters keep every byte in base64, whatever the encodings
+        key = envelope["key_base64"]
+        return RecordMeta(
+            envelope["topic"],
+            None if key is None else base64.b64decode(key),
+            tuple((h["key"], base64.b64decode(h["value_base64"])) for h in envelope["headers"]),
+        )
+    key = envelope["key"]
+    return RecordMeta(
+        envelope["topic"],
+        None if key is None else _value_bytes(key, key_encoding),
+        tuple((h["key"], _value_bytes(h["value"], header_encoding)) for h in envelope["headers"]),
+    )
+
+
 def read_archive(
     s3: S3Client,
     bucket: str,
@@ -100,6 +130,8 @@ def read_archive(
     raw_prefix: str = "raw",
     errors_prefix: str = "errors",
     value_encoding: str = "json",
+    key_encoding: str = "text",
+    header_encoding: str = "text",
 ) -> tuple[list[ArchivedRecord], int, Counter[str]]:
     """Every record in every object of the stream, with the object it came from."""
     found: list[ArchivedRecord] = []
@@ -122,7 +154,10 @@ def read_archive(
                 else:
                     value = _value_bytes(envelope["value"], value_encoding)
                     error = ""
-                found.append(ArchivedRecord(envelope["partition"], envelope["offset"], key, folder, value, dead, error))
+                meta = _meta(envelope, dead, key_encoding, header_encoding)
+                found.append(
+                    ArchivedRecord(envelope["partition"], envelope["offset"], key, folder, value, dead, error, meta)
+                )
     return found, keys, per_hour
 
 
@@ -135,14 +170,19 @@ def verify_archive(
     raw_prefix: str = "raw",
     errors_prefix: str = "errors",
     value_encoding: str = "json",
+    key_encoding: str = "text",
+    header_encoding: str = "text",
 ) -> VerificationReport:
     """Compare the S3 archive of ``stream`` with the produced records.
 
     Every produced record must appear exactly once: in the folder of its expected event hour,
     or in the dead-letter prefix when ``hour`` is ``None``; its value must survive unchanged
-    (compared as parsed JSON for JSON streams, since the envelope embeds the value as JSON).
+    (compared as parsed JSON for JSON streams, since the envelope embeds the value as JSON), and
+    so must its topic, key and headers where the expectation carries them.
     """
-    archived, objects, per_hour = read_archive(s3, bucket, stream, raw_prefix, errors_prefix, value_encoding)
+    archived, objects, per_hour = read_archive(
+        s3, bucket, stream, raw_prefix, errors_prefix, value_encoding, key_encoding, header_encoding
+    )
     report = VerificationReport(objects=objects, objects_per_hour=per_hour)
     wanted = {(item.partition, item.offset): item for item in expected}
     report.produced = len(wanted)
@@ -165,19 +205,20 @@ def verify_archive(
             continue
         if seen[ident] == 2:
             report.duplicated.append(ident)
+        intact = want.meta is None or record.meta == want.meta
         if want.hour is None:
             if not record.dead_letter:
                 report.misfiled.append((*ident, record.key))
             elif record.value != want.value:
-                report.corrupted.append(ident)
-            continue
-        if record.dead_letter or record.folder != hour_path(want.hour):
-            report.misfiled.append((*ident, record.key))
-        if value_encoding == "json":
-            same = orjson.loads(record.value) == orjson.loads(want.value)
+                intact = False
         else:
-            same = record.value == want.value
-        if not same:
+            if record.dead_letter or record.folder != hour_path(want.hour):
+                report.misfiled.append((*ident, record.key))
+            elif value_encoding == "json":
+                intact = intact and orjson.loads(record.value) == orjson.loads(want.value)
+            else:
+                intact = intact and record.value == want.value
+        if not intact:
             report.corrupted.append(ident)
     report.lost = sorted(ident for ident in wanted if ident not in seen)
     return report

@@ -7,7 +7,6 @@ Every command turns a Tidemark error into one line on stderr and exit code 2, an
 from __future__ import annotations
 
 import signal
-import sys
 from types import FrameType
 
 import typer
@@ -34,11 +33,7 @@ def _terminate(_signum: int, _frame: FrameType | None) -> None:
 
 def main() -> None:
     signal.signal(signal.SIGTERM, _terminate)
-    try:
-        app()
-    except KeyboardInterrupt:
-        print("interrupted: every process the command started has been stopped", file=sys.stderr)
-        sys.exit(130)
+    app()
 
 
 if __name__ == "__main__":

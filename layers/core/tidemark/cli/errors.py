@@ -12,6 +12,7 @@ from tidemark.exceptions import TidemarkError
 
 EXIT_FAILED = 1  # the command ran and its check failed
 EXIT_ERROR = 2  # the command could not run
+EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM, as a shell reports SIGINT
 
 
 @contextmanager
@@ -21,3 +22,6 @@ def one_line_errors() -> Iterator[None]:
     except TidemarkError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise typer.Exit(EXIT_ERROR) from None
+    except KeyboardInterrupt:  # by now every context manager has stopped what it started
+        print("interrupted: every process this command started has been stopped", file=sys.stderr)
+        raise typer.Exit(EXIT_INTERRUPTED) from None

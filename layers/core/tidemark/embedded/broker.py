@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
 
+from tidemark.embedded.children import die_with_parent
 from tidemark.embedded.kafka_clients import client_settings
 from tidemark.embedded.ports import LOOPBACK, free_port
 from tidemark.exceptions import TidemarkError
@@ -59,8 +60,14 @@ def kafka_broker(host: str = LOOPBACK, port: int = 0, startup_timeout: float = 3
     command = [str(tansu_binary()), "broker", "--listener-url", listener, "--advertised-listener-url", listener]
     # The log goes to a file, not a pipe: a chatty broker must never block on a full pipe.
     with tempfile.TemporaryFile() as log:
-        process = subprocess.Popen([*command, "--storage-engine", "memory://tansu/"], stdout=log, stderr=log)
+        process: subprocess.Popen[bytes] | None = None
         try:
+            process = subprocess.Popen(
+                [*command, "--storage-engine", "memory://tansu/"],
+                stdout=log,
+                stderr=log,
+                preexec_fn=die_with_parent(),
+            )
             deadline = time.monotonic() + startup_timeout
             while not _ready(bootstrap):
                 if process.poll() is not None:
@@ -72,5 +79,6 @@ def kafka_broker(host: str = LOOPBACK, port: int = 0, startup_timeout: float = 3
             yield bootstrap
         finally:
             # Tansu ignores SIGTERM for a while; its storage is in memory, so a kill loses nothing.
-            process.kill()
-            process.wait()
+            if process is not None:
+                process.kill()
+                process.wait()

@@ -19,10 +19,13 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
+from zoneinfo import ZoneInfo
 
 import yaml
+from botocore.exceptions import BotoCoreError, ClientError
 
 from tidemark.config.loader import ENV_JSON, parse_config
 from tidemark.config.model import StreamConfig
@@ -201,6 +204,7 @@ class Demo:
         self.ui = ui or QuietUI()
         self.timings: dict[str, float] = {}
         self._started = time.monotonic()
+        self._started_ms = int(time.time() * 1000)
 
     def _lap(self, name: str, since: float) -> float:
         now = time.monotonic()
@@ -208,6 +212,17 @@ class Demo:
         return now
 
     def run(self) -> DemoResult:
+        """Run the demo; a Kafka or AWS failure becomes a ``DemoError`` naming what failed."""
+        from confluent_kafka import KafkaException
+
+        try:
+            return self._run()
+        except KafkaException as exc:
+            raise DemoError(f"Kafka failed: {exc.args[0].str() if exc.args else exc}") from None
+        except (BotoCoreError, ClientError) as exc:
+            raise DemoError(f"S3/DynamoDB at the local endpoint failed: {exc}") from None
+
+    def _run(self) -> DemoResult:
         options = self.options
         data, stream = demo_config(options)
         handler = HandlerRef.for_function(options.project_dir, "archiver").check()
@@ -273,8 +288,12 @@ class Demo:
                 raw_prefix=parse_config(data).archive.raw_prefix,
                 errors_prefix=parse_config(data).archive.errors_prefix,
                 value_encoding=stream.encoding.value,
+                key_encoding=stream.encoding.key,
+                header_encoding=stream.encoding.headers,
             )
-            ledger_only, s3_only = reconcile(aws, data, stream.name)
+            hours = {item.hour for item in expected if item.hour}
+            hours |= run_hours(self._started_ms, time.time(), stream.event_time.timezone)
+            ledger_only, s3_only = reconcile(aws, data, stream.name, hours)
             self._lap("verify", mark)
             self.timings["total"] = time.monotonic() - self._started
             return DemoResult(
@@ -320,7 +339,9 @@ class Demo:
             topic=source.topic,
             group_id=f"tidemark-demo-{uuid.uuid4().hex[:8]}",
             limits=limits,
-            starting_position=source.starting_position,
+            # The workload is produced before the mapping starts, so it reads from the beginning
+            # whatever the stream's starting_position (LATEST would see nothing).
+            starting_position="TRIM_HORIZON",
             event_source=EventSource(bootstrap, event_source_arn=source.cluster_arn)
             if source.kind == "msk"
             else EventSource(bootstrap, event_source="SelfManagedKafka"),
@@ -361,8 +382,20 @@ def _done(committed: Mapping[int, int], ends: Mapping[int, int]) -> int:
     return sum(min(committed.get(p, 0), end) for p, end in ends.items())
 
 
-def reconcile(aws: LocalAws, data: dict[str, Any], stream: str) -> tuple[list[str], list[str]]:
-    """Keys the ledger committed but S3 lacks, and keys in S3 the ledger does not know."""
+def run_hours(start_ms: int, end_s: float, timezone: str) -> set[str]:
+    """The hours the run spanned, in the stream's zone: dead letters are filed under their Kafka
+    timestamp's hour, which is produce time here."""
+    zone, hour_ms = ZoneInfo(timezone), 3_600_000
+    return {
+        datetime.fromtimestamp(bucket * 3600, zone).strftime("%Y-%m-%dT%H")
+        for bucket in range(start_ms // hour_ms, int(end_s * 1000) // hour_ms + 1)
+    }
+
+
+def reconcile(aws: LocalAws, data: dict[str, Any], stream: str, hours: set[str]) -> tuple[list[str], list[str]]:
+    """Keys the ledger committed but S3 lacks, and keys in S3 the ledger does not know. The
+    ledger is asked about ``hours`` (every hour the run could have written) and every hour S3
+    has objects for, so an hour whose objects all vanished is still checked."""
     config = parse_config(data)
     s3 = aws.s3()
     in_s3: set[str] = set()
@@ -371,6 +404,6 @@ def reconcile(aws: LocalAws, data: dict[str, Any], stream: str) -> tuple[list[st
             in_s3.update(item["Key"] for item in page.get("Contents", []))
     runtime = Runtime.from_env()
     in_ledger: set[str] = set()
-    for hour in {hour_of_key(key) for key in in_s3}:
+    for hour in hours | {hour_of_key(key) for key in in_s3}:
         in_ledger.update(item.key for item in runtime.ledger.committed_objects(stream, hour))
     return sorted(in_ledger - in_s3), sorted(in_s3 - in_ledger)

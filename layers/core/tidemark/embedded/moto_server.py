@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from tidemark.embedded.children import die_with_parent
 from tidemark.exceptions import TidemarkError
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
@@ -62,6 +63,7 @@ def moto_server(host: str = "127.0.0.1", port: int = 0, startup_timeout: float =
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
+        preexec_fn=die_with_parent(),
     )
     try:
         assert process.stdout is not None

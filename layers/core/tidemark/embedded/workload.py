@@ -20,7 +20,7 @@ import orjson
 
 from tidemark.embedded.kafka_clients import client_settings
 from tidemark.exceptions import TidemarkError
-from tidemark.verify import ExpectedRecord
+from tidemark.verify import ExpectedRecord, RecordMeta
 
 if TYPE_CHECKING:
     from confluent_kafka import KafkaError, Message
@@ -139,7 +139,7 @@ def produce(
     """Produce every order; return what the archive must hold, keyed by the broker's offsets."""
     from confluent_kafka import Producer
 
-    producer = Producer(client_settings(bootstrap, **{"linger.ms": 20, "acks": "all"}))
+    producer = Producer(client_settings(bootstrap, **{"linger.ms": 20, "acks": "all", "enable.idempotence": True}))
     expected: list[ExpectedRecord] = []
     failures: list[str] = []
 
@@ -150,7 +150,11 @@ def produce(
                 return
             partition, offset = message.partition(), message.offset()
             assert partition is not None and offset is not None
-            expected.append(ExpectedRecord(partition, offset, order.value, order.hour))
+            headers = tuple(
+                (name, data if isinstance(data, bytes) else (data or "").encode()) for name, data in order.headers
+            )
+            meta = RecordMeta(topic, order.key, headers)
+            expected.append(ExpectedRecord(partition, offset, order.value, order.hour, meta))
 
         return report
 

@@ -17,6 +17,10 @@ from tidemark.records.model import Record
 LAMBDA_PAYLOAD_LIMIT = 6 * 1024 * 1024  # synchronous invocation payload quota
 MAX_BATCH_SIZE = 10_000  # the MSK event source mapping's maximum
 MAX_WINDOW_MS = 300_000
+# The event's own fields (eventSource, ARN, bootstrap servers) and each "<topic>-<partition>"
+# group key, on top of the records' sizes (``payload_size``); generous on purpose.
+ENVELOPE_BYTES = 2048
+GROUP_OVERHEAD_BYTES = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +44,7 @@ class BatchBuilder:
     records: list[Record] = field(default_factory=list)
     payload_bytes: int = 0
     opened_ms: int | None = None
+    groups: set[tuple[str, int]] = field(default_factory=set)
 
     def offer(self, record: Record, now_ms: int) -> bool:
         """Add ``record`` unless the batch is full; ``False`` means: send this batch first.
@@ -49,11 +54,16 @@ class BatchBuilder:
         error rather than silently skipping the record.
         """
         size = payload_size(record)
+        if (record.topic, record.partition) not in self.groups:
+            size += len(record.topic) + GROUP_OVERHEAD_BYTES
+        if not self.records:
+            size += ENVELOPE_BYTES
         if self.records and (self.full or self.payload_bytes + size > self.limits.max_payload_bytes):
             return False
         if self.opened_ms is None:
             self.opened_ms = now_ms
         self.records.append(record)
+        self.groups.add((record.topic, record.partition))
         self.payload_bytes += size
         return True
 
@@ -72,4 +82,5 @@ class BatchBuilder:
 
     def take(self) -> list[Record]:
         records, self.records, self.payload_bytes, self.opened_ms = self.records, [], 0, None
+        self.groups = set()
         return records

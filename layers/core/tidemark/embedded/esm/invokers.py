@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol
 
+from tidemark.embedded.children import die_with_parent
 from tidemark.embedded.lambda_runtime import Handler, HandlerRef, LocalContext, load_handler
 from tidemark.faults import CRASH_EXIT_CODE, ENV_CRASH_AT
 
@@ -99,7 +100,15 @@ class ChildInvoker:
             ]
             with self._log_path.open("ab") as log:
                 # run() kills the child if this process is interrupted while waiting.
-                done = subprocess.run(command, env=env, stdout=log, stderr=log, timeout=CHILD_TIMEOUT_S, check=False)
+                done = subprocess.run(
+                    command,
+                    env=env,
+                    stdout=log,
+                    stderr=log,
+                    timeout=CHILD_TIMEOUT_S,
+                    check=False,
+                    preexec_fn=die_with_parent(),
+                )
             if done.returncode == CRASH_EXIT_CODE:
                 return Invocation(ok=False, crashed=True, error=f"process killed at crash point {crash_at}")
             if done.returncode != 0:

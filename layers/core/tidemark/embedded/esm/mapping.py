@@ -13,6 +13,11 @@ Behaves like the Lambda event source mapping for MSK / self-managed Kafka:
 
 A "rebalance" (``rebalance()``) closes the consumer and joins the group again, so delivery
 restarts from the committed offsets -- what happens to a real ESM when brokers or pollers move.
+Whenever partitions are (re)assigned, each one resumes at its committed offset or, before its
+first commit, at the first offset this mapping ever saw there -- never at ``auto.offset.reset``
+again, which for ``LATEST`` would skip what was delivered but not yet committed. Records below a
+partition's next expected offset (left over from before a rebalance) are dropped, so each
+partition's records are delivered in offset order.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tidemark.clock import Clock, SystemClock
+from tidemark.clock import Clock, MonotonicClock
 from tidemark.embedded.esm.batching import BatchBuilder, BatchLimits
 from tidemark.embedded.esm.invokers import Invocation, Invoker
 from tidemark.embedded.kafka_clients import client_settings
@@ -32,7 +37,7 @@ from tidemark.records.esm import EventSource, build_event
 from tidemark.records.model import Record
 
 if TYPE_CHECKING:
-    from confluent_kafka import Consumer, Message
+    from confluent_kafka import Consumer, Message, TopicPartition
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +80,8 @@ class MappingConfig:
             "auto.offset.reset": STARTING_POSITIONS[self.starting_position],
             # A short session keeps the group join (and every rebalance) to a few seconds.
             "session.timeout.ms": 6000,
+            # One invocation may take as long as Lambda allows (15 min) without losing the group.
+            "max.poll.interval.ms": 900_000,
             "enable.partition.eof": False,
         }
         return client_settings(self.bootstrap_servers, **settings)
@@ -88,6 +95,7 @@ class MappingStats:
     failed_invocations: int = 0
     crashed_invocations: int = 0
     rebalances: int = 0
+    lost_commits: int = 0  # commits that failed or were dropped; the batch is delivered again
     max_batch: int = 0
     errors: list[str] = field(default_factory=list)  # distinct function errors seen
 
@@ -114,9 +122,11 @@ class EventSourceMapping:
     ) -> None:
         self.config = config
         self.invoker = invoker
-        self.clock = clock or SystemClock()
+        self.clock = clock or MonotonicClock()
         self.stats = MappingStats()
         self.committed: dict[int, int] = {}  # partition -> next offset, as committed to the group
+        self._start: dict[int, int] = {}  # partition -> first offset this mapping saw (before any commit)
+        self._next: dict[int, int] = {}  # partition -> next offset expected from the consumer
         self._lose_commit = lose_commit
         self._on_delivered = on_delivered
         self._fetched: deque[Record] = deque()
@@ -130,8 +140,32 @@ class EventSourceMapping:
         from confluent_kafka import Consumer
 
         self._consumer = Consumer(self.config.consumer_settings())
-        self._consumer.subscribe([self.config.topic])
+        self._consumer.subscribe(
+            [self.config.topic], on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._revoked
+        )
         return self
+
+    def _resume_at(self, partition: int) -> int | None:
+        return self.committed.get(partition, self._start.get(partition))
+
+    def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for assigned in partitions:
+            resume = self._resume_at(assigned.partition)
+            if resume is not None:
+                assigned.offset = resume
+                self._next[assigned.partition] = resume
+        consumer.assign(partitions)
+
+    def _revoked(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Partitions taken away: forget what was fetched for them but not delivered."""
+        gone = {revoked.partition for revoked in partitions}
+        for partition in gone:
+            self._next.pop(partition, None)
+        self._fetched = deque(record for record in self._fetched if record.partition not in gone)
+        kept = [record for record in self._builder.take() if record.partition not in gone]
+        now = self.clock.now_ms()
+        for record in kept:
+            self._builder.offer(record, now)
 
     def close(self) -> None:
         if self._consumer is not None:
@@ -144,11 +178,22 @@ class EventSourceMapping:
     def __exit__(self, *_: object) -> None:
         self.close()
 
+    def join(self, timeout_s: float = 30.0) -> None:
+        """Wait until the group has assigned partitions (for ``LATEST``: records produced after
+        this are delivered). Anything fetched meanwhile is kept for the first batch."""
+        assert self._consumer is not None, "start() the mapping first"
+        deadline = self.clock.now_ms() + int(timeout_s * 1000)
+        while not self._consumer.assignment():
+            if self.clock.now_ms() > deadline:
+                raise MappingError(f"no partitions of {self.config.topic!r} assigned within {timeout_s:.0f}s")
+            self._consume(0.2)
+
     def rebalance(self) -> None:
         """Leave and rejoin the group: everything not committed is delivered again."""
         self.stats.rebalances += 1
         self._fetched.clear()
         self._builder.take()
+        self._next.clear()
         self.close()
         self.start()
 
@@ -163,7 +208,13 @@ class EventSourceMapping:
                     raise MappingError(f"Kafka consumer failed: {error.str()}")
                 logger.warning("consumer error", extra={"error": error.str()})
                 continue
-            self._fetched.append(record_of(message))
+            record = record_of(message)
+            expected = self._next.get(record.partition)
+            if expected is not None and record.offset < expected:
+                continue  # fetched before a rebalance moved the partition back or forward
+            self._start.setdefault(record.partition, record.offset)
+            self._next[record.partition] = record.offset + 1
+            self._fetched.append(record)
 
     def next_batch(self) -> list[Record]:
         """Gather the next batch; an empty list means nothing arrived for a poll interval."""
@@ -206,23 +257,28 @@ class EventSourceMapping:
         self.stats.max_batch = max(self.stats.max_batch, len(records))
         if self._on_delivered is not None:
             self._on_delivered(records, result)
-        if self._lose_commit():
+        if self._lose_commit() or not self._commit(records):
+            self.stats.lost_commits += 1
             self.rebalance()  # the commit never reached the group: the batch comes again
-        else:
-            self._commit(records)
         return result
 
-    def _commit(self, records: list[Record]) -> None:
-        from confluent_kafka import TopicPartition
+    def _commit(self, records: list[Record]) -> bool:
+        """Commit the batch's offsets; ``False`` if the group refused them (e.g. mid-rebalance)."""
+        from confluent_kafka import KafkaException, TopicPartition
 
         assert self._consumer is not None
         ends: dict[int, int] = {}
         for record in records:
             ends[record.partition] = max(ends.get(record.partition, 0), record.offset + 1)
         offsets = [TopicPartition(self.config.topic, partition, end) for partition, end in sorted(ends.items())]
-        self._consumer.commit(offsets=offsets, asynchronous=False)
+        try:
+            self._consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as exc:
+            logger.warning("offset commit failed; the batch will be delivered again", extra={"error": str(exc)})
+            return False
         for partition, end in ends.items():
             self.committed[partition] = max(self.committed.get(partition, 0), end)
+        return True
 
     def run(self, until: Callable[[], bool], *, idle_timeout_s: float = 60.0) -> None:
         """Deliver batches until ``until()`` holds; fail if nothing arrives for ``idle_timeout_s``."""
