@@ -164,7 +164,7 @@ def test_an_interrupt_while_a_chaos_child_runs_stops_every_process(signum, tmp_p
             "0.5",
             "--workdir",
             str(tmp_path / "work"),
-        ],  # fmt: skip
+        ],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
