@@ -19,16 +19,14 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
-from zoneinfo import ZoneInfo
 
 import yaml
 from botocore.exceptions import BotoCoreError, ClientError
 
 from tidemark.config.loader import ENV_JSON, parse_config
-from tidemark.config.model import StreamConfig
+from tidemark.config.model import StreamConfig, TidemarkConfig
 from tidemark.embedded.aws import LocalAws, local_aws
 from tidemark.embedded.broker import BrokerError, kafka_broker
 from tidemark.embedded.chaos import FLUSH_POINTS, Chaos, ChaosLog
@@ -39,6 +37,7 @@ from tidemark.embedded.kafka_clients import client_settings, kafka_client_log
 from tidemark.embedded.lambda_runtime import HandlerRef, patched_environ
 from tidemark.embedded.ports import claim_port
 from tidemark.embedded.workload import WorkloadSpec, ensure_topic, generate, produce
+from tidemark.eventtime import HourBucketer
 from tidemark.exceptions import ConfigError, TidemarkError
 from tidemark.objects.keys import hour_of_key
 from tidemark.records.esm import EventSource
@@ -147,6 +146,7 @@ class DemoResult:
                 "failed_invocations": self.mapping.failed_invocations,
                 "crashed_invocations": self.mapping.crashed_invocations,
                 "rebalances": self.mapping.rebalances,
+                "lost_commits": self.mapping.lost_commits,
                 "largest_batch": self.mapping.max_batch,
                 "function_errors": self.mapping.errors,
             },
@@ -160,7 +160,7 @@ class DemoError(TidemarkError):
     """The demo could not run (bad options, unreachable services)."""
 
 
-def demo_config(options: DemoOptions) -> tuple[dict[str, Any], StreamConfig]:
+def demo_config(options: DemoOptions) -> tuple[dict[str, Any], TidemarkConfig, StreamConfig]:
     """The config file with the demo's overrides, validated; and the stream the demo drives."""
     try:
         data = yaml.safe_load(options.config_path.read_text(encoding="utf-8"))
@@ -176,13 +176,14 @@ def demo_config(options: DemoOptions) -> tuple[dict[str, Any], StreamConfig]:
         raw["source"]["topic"] = options.topic
     if options.flush_records:
         raw.setdefault("flush", {})["max_records"] = options.flush_records
-    stream = parse_config(data, origin=str(options.config_path)).stream(name)
+    config = parse_config(data, origin=str(options.config_path))
+    stream = config.stream(name)
     if stream.event_time.source != "json_field" or stream.event_time.field != "created_at":
         raise ConfigError(
             f"stream {name!r}: the demo's order workload carries its event time in the JSON field "
             "'created_at'; use a stream with event_time.source json_field and field created_at"
         )
-    return data, stream
+    return data, config, stream
 
 
 def check_reachable(bootstrap: str, timeout_s: float = 10.0) -> None:
@@ -224,7 +225,7 @@ class Demo:
 
     def _run(self) -> DemoResult:
         options = self.options
-        data, stream = demo_config(options)
+        data, config, stream = demo_config(options)
         handler = HandlerRef.for_function(options.project_dir, "archiver").check()
         workdir = options.workdir or Path(tempfile.mkdtemp(prefix="tidemark-demo-"))
         workdir.mkdir(parents=True, exist_ok=True)
@@ -285,15 +286,15 @@ class Demo:
                 aws.bucket,
                 stream.name,
                 expected,
-                raw_prefix=parse_config(data).archive.raw_prefix,
-                errors_prefix=parse_config(data).archive.errors_prefix,
+                raw_prefix=config.archive.raw_prefix,
+                errors_prefix=config.archive.errors_prefix,
                 value_encoding=stream.encoding.value,
                 key_encoding=stream.encoding.key,
                 header_encoding=stream.encoding.headers,
             )
             hours = {item.hour for item in expected if item.hour}
             hours |= run_hours(self._started_ms, time.time(), stream.event_time.timezone)
-            ledger_only, s3_only = reconcile(aws, data, stream.name, hours)
+            ledger_only, s3_only = reconcile(aws, config, stream.name, hours)
             self._lap("verify", mark)
             self.timings["total"] = time.monotonic() - self._started
             return DemoResult(
@@ -384,19 +385,17 @@ def _done(committed: Mapping[int, int], ends: Mapping[int, int]) -> int:
 
 def run_hours(start_ms: int, end_s: float, timezone: str) -> set[str]:
     """The hours the run spanned, in the stream's zone: dead letters are filed under their Kafka
-    timestamp's hour, which is produce time here."""
-    zone, hour_ms = ZoneInfo(timezone), 3_600_000
-    return {
-        datetime.fromtimestamp(bucket * 3600, zone).strftime("%Y-%m-%dT%H")
-        for bucket in range(start_ms // hour_ms, int(end_s * 1000) // hour_ms + 1)
-    }
+    timestamp's hour, which is produce time here. Sampled every 15 minutes and at both ends, so
+    zones with half- and quarter-hour offsets are covered."""
+    labels = HourBucketer(timezone)
+    end_ms = int(end_s * 1000)
+    return {labels.label(ms) for ms in [*range(start_ms, end_ms, 900_000), end_ms]}
 
 
-def reconcile(aws: LocalAws, data: dict[str, Any], stream: str, hours: set[str]) -> tuple[list[str], list[str]]:
+def reconcile(aws: LocalAws, config: TidemarkConfig, stream: str, hours: set[str]) -> tuple[list[str], list[str]]:
     """Keys the ledger committed but S3 lacks, and keys in S3 the ledger does not know. The
     ledger is asked about ``hours`` (every hour the run could have written) and every hour S3
     has objects for, so an hour whose objects all vanished is still checked."""
-    config = parse_config(data)
     s3 = aws.s3()
     in_s3: set[str] = set()
     for prefix in (config.archive.raw_prefix, config.archive.errors_prefix):
