@@ -213,12 +213,12 @@ def test_json_field_needs_json_values() -> None:
 
 def test_duplicate_stream_names_are_rejected() -> None:
     data = mutated(lambda d: d["streams"].append({**copy.deepcopy(d["streams"][0]), "source": _source("payments")}))
-    assert config_error(data) == "<config>: <root>: stream names must be unique, got ['orders', 'orders']"
+    assert config_error(data) == "<config>: stream names must be unique, got ['orders', 'orders']"
 
 
 def test_duplicate_topics_are_rejected() -> None:
     data = mutated(lambda d: d["streams"].append({**copy.deepcopy(d["streams"][0]), "name": "orders_copy"}))
-    assert config_error(data) == "<config>: <root>: each topic may feed one stream only, got ['orders', 'orders']"
+    assert config_error(data) == "<config>: each topic may feed one stream only, got ['orders', 'orders']"
 
 
 def _source(topic: str) -> dict[str, Any]:
@@ -238,7 +238,39 @@ def test_no_streams_is_rejected() -> None:
 
 def test_raw_and_errors_prefix_must_differ() -> None:
     message = config_error({**minimal(), "archive": {"raw_prefix": "data", "errors_prefix": "data"}})
-    assert message == "<config>: <root>: archive.raw_prefix and archive.errors_prefix must differ"
+    assert message == "<config>: archive.raw_prefix, archive.errors_prefix and sweeper.manifests_prefix must differ"
+
+
+def test_flush_max_age_below_the_sweeper_interval_names_the_field() -> None:
+    data = {**minimal(flush={"max_age": "2m"}), "sweeper": {"interval": "5m"}}
+    assert config_error(data) == (
+        "<config>: streams[0].flush.max_age (0:02:00) is shorter than sweeper.interval (0:05:00): "
+        "a quiet partition's buffer would wait up to the interval anyway"
+    )
+
+
+@pytest.mark.parametrize(
+    ("sweeper", "message"),
+    [
+        ({"interval": "30s"}, "sweeper.interval: must be whole minutes between 1m and 24h (an EventBridge rate)"),
+        ({"interval": "90s"}, "sweeper.interval: must be whole minutes between 1m and 24h (an EventBridge rate)"),
+        ({"reconcile_lookback": "10m"}, "sweeper.reconcile_lookback: must be between 1h and 31d"),
+        ({"max_concurrency": 0}, "sweeper.max_concurrency: Input should be greater than or equal to 1"),
+        (
+            {"manifests_prefix": "raw"},
+            "archive.raw_prefix, archive.errors_prefix and sweeper.manifests_prefix must differ",
+        ),
+        ({"speed": 1}, "sweeper.speed: unknown field"),
+    ],
+)
+def test_sweeper_settings_are_validated(sweeper: dict[str, Any], message: str) -> None:
+    assert config_error({**minimal(), "sweeper": sweeper}) == f"<config>: {message}"
+
+
+def test_allowed_lateness_is_validated() -> None:
+    assert config_error(minimal(completeness={"allowed_lateness": "8d"})) == (
+        "<config>: streams[0].completeness.allowed_lateness: must be between 0s and 7d"
+    )
 
 
 @pytest.mark.parametrize("grace", ["15m", "900s", "1m", "0s", 900])

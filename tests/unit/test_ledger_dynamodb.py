@@ -42,7 +42,7 @@ def busy_state() -> PartitionState:
     """A state with open buffers and sealed flushes, as the writer builds it."""
     state = PartitionState("orders", 7).accept([(RAW_08, SEG_A), (RAW_08, SEG_B), (ERR_07, SEG_C)], 108, T0)
     state = state.seal({"errors/2025-11-21T07": "max_age"}, object_key, T0 + 1)
-    return state.accept([(RAW_08, SEG_D)], 110, T0 + 2)
+    return state.accept([(RAW_08, SEG_D)], 110, T0 + 2, event_ms=T0 - 5)
 
 
 COMMITTED = CommittedObject(
@@ -76,6 +76,7 @@ def test_state_to_item_shape() -> None:
         "version": 3,
         "staged_offset": 110,
         "updated_ms": T0 + 2,
+        "watermark_ms": T0 - 5,
         "open_buffers": 1,
         "sealed_flushes": 1,
         "quarantined_flushes": 0,

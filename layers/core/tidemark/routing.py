@@ -36,6 +36,7 @@ class Routed(NamedTuple):
     buffer: BufferKey
     frame: bytes
     reason: str  # "" for archived records, else the dead-letter reason code
+    event_ms: int = -1  # the event time of an archived record (-1 for dead letters)
 
 
 class Router:
@@ -98,7 +99,7 @@ class Router:
         frame = encode_frame(
             RAW, record.offset, record.timestamp_ms, event_ms, record.key, record.value, record.headers
         )
-        return Routed(self._key(RAW_KIND, self._hours.label(event_ms)), frame, "")
+        return Routed(self._key(RAW_KIND, self._hours.label(event_ms)), frame, "", event_ms)
 
     def dead_letter(self, record: Record, reason: str, detail: str) -> Routed:
         # Filed under its Kafka timestamp's hour; a timestamp that is itself unusable (-1, or a

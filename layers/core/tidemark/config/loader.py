@@ -26,7 +26,7 @@ def _field_path(loc: tuple[int | str, ...]) -> str:
             continue
         else:
             path += f".{part}" if path else str(part)
-    return path or "<root>"
+    return path
 
 
 def parse_config(data: Any, *, origin: str = "<config>") -> TidemarkConfig:
@@ -41,7 +41,9 @@ def parse_config(data: Any, *, origin: str = "<config>") -> TidemarkConfig:
             message = error["msg"].removeprefix("Value error, ")
             if error["type"] == "extra_forbidden":
                 message = "unknown field"
-            problems.append(f"{_field_path(error['loc'])}: {message}")
+            path = _field_path(error["loc"])
+            # Checks across sections name their fields in the message itself.
+            problems.append(f"{path}: {message}" if path else message)
         raise ConfigError(f"{origin}: " + "; ".join(problems)) from None
 
 

@@ -164,6 +164,25 @@ class AggregationConfig(_Model):
         return value
 
 
+class CompletenessConfig(_Model):
+    """When the sweeper may call an event hour complete: every partition's event time is past the
+    hour's end by ``allowed_lateness`` (or the partition is idle that long), and nothing of the
+    hour is still staged. Records arriving later still land in the hour and mark it dirty."""
+
+    allowed_lateness: Duration = timedelta(hours=1)
+
+    @field_validator("allowed_lateness")
+    @classmethod
+    def _lateness(cls, value: timedelta) -> timedelta:
+        if not timedelta(0) <= value <= timedelta(days=7):
+            raise ValueError("must be between 0s and 7d")
+        return value
+
+    @property
+    def allowed_lateness_ms(self) -> int:
+        return to_ms(self.allowed_lateness)
+
+
 class StreamConfig(_Model):
     name: str = Field(pattern=STREAM_NAME)
     source: SourceConfig
@@ -173,6 +192,7 @@ class StreamConfig(_Model):
     format: FormatConfig = FormatConfig()
     dead_letter: DeadLetterConfig = DeadLetterConfig()
     aggregations: list[AggregationConfig] = Field(default_factory=list)
+    completeness: CompletenessConfig = CompletenessConfig()
 
     @model_validator(mode="after")
     def _json_needs_json(self) -> StreamConfig:
@@ -205,9 +225,42 @@ class ArchiveSettings(_Model):
         return to_ms(self.segment_grace)
 
 
+class SweeperSettings(_Model):
+    """The scheduled sweeper (Step Functions): idle flushes, orphan cleanup, reconciliation,
+    hour completeness."""
+
+    interval: Duration = timedelta(minutes=5)
+    reconcile_lookback: Duration = timedelta(hours=48)  # hours re-listed against S3 on every sweep
+    max_concurrency: int = Field(default=8, ge=1, le=40)  # partitions swept at once
+    manifests_prefix: str = Field(default="manifests", pattern=S3_PREFIX)
+
+    @field_validator("interval")
+    @classmethod
+    def _interval(cls, value: timedelta) -> timedelta:
+        if not timedelta(minutes=1) <= value <= timedelta(hours=24) or value.total_seconds() % 60:
+            raise ValueError("must be whole minutes between 1m and 24h (an EventBridge rate)")
+        return value
+
+    @field_validator("reconcile_lookback")
+    @classmethod
+    def _lookback(cls, value: timedelta) -> timedelta:
+        if not timedelta(hours=1) <= value <= timedelta(days=31):
+            raise ValueError("must be between 1h and 31d")
+        return value
+
+    @property
+    def interval_ms(self) -> int:
+        return to_ms(self.interval)
+
+    @property
+    def reconcile_lookback_ms(self) -> int:
+        return to_ms(self.reconcile_lookback)
+
+
 class TidemarkConfig(_Model):
     version: Literal[1] = 1
     archive: ArchiveSettings = ArchiveSettings()
+    sweeper: SweeperSettings = SweeperSettings()
     streams: list[StreamConfig] = Field(min_length=1)
 
     @model_validator(mode="after")
@@ -218,8 +271,15 @@ class TidemarkConfig(_Model):
             raise ValueError(f"stream names must be unique, got {names}")
         if len(set(topics)) != len(topics):
             raise ValueError(f"each topic may feed one stream only, got {topics}")
-        if self.archive.raw_prefix == self.archive.errors_prefix:
-            raise ValueError("archive.raw_prefix and archive.errors_prefix must differ")
+        prefixes = [self.archive.raw_prefix, self.archive.errors_prefix, self.sweeper.manifests_prefix]
+        if len(set(prefixes)) != len(prefixes):
+            raise ValueError("archive.raw_prefix, archive.errors_prefix and sweeper.manifests_prefix must differ")
+        for index, stream in enumerate(self.streams):
+            if stream.flush.max_age < self.sweeper.interval:
+                raise ValueError(
+                    f"streams[{index}].flush.max_age ({stream.flush.max_age}) is shorter than sweeper.interval "
+                    f"({self.sweeper.interval}): a quiet partition's buffer would wait up to the interval anyway"
+                )
         return self
 
     def stream(self, name: str) -> StreamConfig:

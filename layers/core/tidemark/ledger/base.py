@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 
-from tidemark.ledger.model import CommittedObject, PartitionState
+from tidemark.ledger.model import CommittedObject, HourMark, PartitionState
 
 
 class Ledger(ABC):
@@ -37,6 +38,30 @@ class Ledger(ABC):
         """Objects committed for one event hour of a stream (raw and dead-letter)."""
         return self._query_objects(stream, hour)
 
+    def partitions(self, stream: str) -> set[int]:
+        """Partitions of the stream the sweeper has ever seen staging for."""
+        return self._get_partitions(stream)
+
+    def register_partitions(self, stream: str, partitions: Iterable[int]) -> None:
+        """Remember partitions (idempotent, additive: a set union in the store)."""
+        wanted = set(partitions)
+        if wanted:
+            self._add_partitions(stream, wanted)
+
+    def hour_marks(self, stream: str, since_hour: str = "") -> list[HourMark]:
+        """The stream's hour marks from ``since_hour`` on (every hour that has a commit), in order."""
+        return self._query_hour_marks(stream, since_hour)
+
+    def record_manifest(self, mark: HourMark, manifest_key: str, now_ms: int) -> bool:
+        """Mark the hour complete up to ``mark.commits``; ``False`` if a commit arrived meanwhile."""
+        return self._set_if_commits(
+            mark, {"manifest_commits": mark.commits, "manifest_key": manifest_key, "completed_ms": now_ms}
+        )
+
+    def record_reconciled(self, mark: HourMark) -> bool:
+        """The hour's objects up to ``mark.commits`` were checked against S3 in full."""
+        return self._set_if_commits(mark, {"reconciled_commits": mark.commits})
+
     @staticmethod
     def _check_successor(new: PartitionState, previous: PartitionState) -> None:
         if (new.stream, new.partition) != (previous.stream, previous.partition) or new.version != previous.version + 1:
@@ -57,3 +82,16 @@ class Ledger(ABC):
 
     @abstractmethod
     def _query_objects(self, stream: str, hour: str) -> list[CommittedObject]: ...
+
+    @abstractmethod
+    def _get_partitions(self, stream: str) -> set[int]: ...
+
+    @abstractmethod
+    def _add_partitions(self, stream: str, partitions: set[int]) -> None: ...
+
+    @abstractmethod
+    def _query_hour_marks(self, stream: str, since_hour: str) -> list[HourMark]: ...
+
+    @abstractmethod
+    def _set_if_commits(self, mark: HourMark, values: dict[str, int | str]) -> bool:
+        """Set ``values`` on the hour's mark only if its ``commits`` still equals ``mark.commits``."""

@@ -4,6 +4,9 @@ Keys (a single table, ``pk``/``sk`` strings):
 
 * partition state: ``pk = PART#<stream>#<partition>``, ``sk = STATE``
 * committed object: ``pk = HOUR#<stream>#<hour>``, ``sk = OBJ#<kind>#<partition>#<first offset>``
+* hour mark: ``pk = HOURS#<stream>``, ``sk = <hour>`` (one item collection per stream, so the
+  sweeper and the Spark job query a range of hours; see ``HourMark``)
+* partition registry: ``pk = STREAM#<stream>``, ``sk = PARTITIONS`` (a number set)
 
 Conditional writes are turned into domain errors: a lost version check becomes
 ``LedgerConflictError`` carrying the winning state (``ReturnValuesOnConditionCheckFailure``), an
@@ -25,7 +28,14 @@ from botocore.exceptions import ClientError
 from tidemark.buffers import BufferKey
 from tidemark.exceptions import DoubleCommitError, LedgerConflictError
 from tidemark.ledger.base import Ledger
-from tidemark.ledger.model import CommittedObject, OpenBuffer, PartitionState, QuarantinedFlush, SealedFlush
+from tidemark.ledger.model import (
+    CommittedObject,
+    HourMark,
+    OpenBuffer,
+    PartitionState,
+    QuarantinedFlush,
+    SealedFlush,
+)
 from tidemark.staging.store import SegmentRef
 
 if TYPE_CHECKING:
@@ -34,6 +44,7 @@ if TYPE_CHECKING:
 _SERIALIZER = TypeSerializer()
 _DESERIALIZER = TypeDeserializer()
 STATE_SK = "STATE"
+PARTITIONS_SK = "PARTITIONS"
 
 
 def ledger_table_schema(table_name: str) -> dict[str, Any]:
@@ -55,6 +66,14 @@ def state_pk(stream: str, partition: int) -> str:
 
 def hour_pk(stream: str, hour: str) -> str:
     return f"HOUR#{stream}#{hour}"
+
+
+def marks_pk(stream: str) -> str:
+    return f"HOURS#{stream}"
+
+
+def registry_pk(stream: str) -> str:
+    return f"STREAM#{stream}"
 
 
 def _seg_to(segment: SegmentRef) -> list[Any]:
@@ -135,6 +154,7 @@ def state_to_item(state: PartitionState) -> dict[str, Any]:
         "version": state.version,
         "staged_offset": state.staged_offset,
         "updated_ms": state.updated_ms,
+        "watermark_ms": state.watermark_ms,
         "open_buffers": len(state.buffers),
         "sealed_flushes": len(state.sealed),
         "quarantined_flushes": len(state.quarantined),
@@ -151,6 +171,7 @@ def state_from_item(item: dict[str, Any]) -> PartitionState:
         staged_offset=int(item["staged_offset"]),
         next_seq=int(body["next_seq"]),
         updated_ms=int(item["updated_ms"]),
+        watermark_ms=int(item.get("watermark_ms", -1)),
         buffers={key: _buffer_from(raw) for key, raw in body["buffers"].items()},
         sealed={flush_id: _sealed_from(raw) for flush_id, raw in body["sealed"].items()},
         quarantined={
@@ -211,7 +232,22 @@ def _plain(value: Any) -> Any:
         return {key: _plain(inner) for key, inner in value.items()}
     if isinstance(value, list):
         return [_plain(inner) for inner in value]
+    if isinstance(value, set):
+        return {_plain(inner) for inner in value}
     return value
+
+
+def mark_from_item(item: dict[str, Any]) -> HourMark:
+    return HourMark(
+        stream=item["stream"],
+        hour=item["sk"],
+        commits=int(item.get("commits", 0)),
+        last_commit_ms=int(item.get("last_commit_ms", 0)),
+        manifest_commits=int(item.get("manifest_commits", 0)),
+        manifest_key=item.get("manifest_key", ""),
+        completed_ms=int(item.get("completed_ms", 0)),
+        reconciled_commits=int(item.get("reconciled_commits", 0)),
+    )
 
 
 def _version_condition(expected_version: int) -> tuple[str, dict[str, Any]]:
@@ -285,6 +321,19 @@ class DynamoDBLedger(Ledger):
                             "ConditionExpression": "attribute_not_exists(pk)",
                         }
                     },
+                    {  # the hour has a new object: dirty for every consumer of the hour
+                        "Update": {
+                            "TableName": self.table_name,
+                            "Key": {"pk": {"S": marks_pk(committed.stream)}, "sk": {"S": committed.hour}},
+                            "UpdateExpression": "ADD commits :one SET last_commit_ms = :now, #stream = :stream",
+                            "ExpressionAttributeNames": {"#stream": "stream"},
+                            "ExpressionAttributeValues": {
+                                ":one": {"N": "1"},
+                                ":now": {"N": str(committed.committed_ms)},
+                                ":stream": {"S": committed.stream},
+                            },
+                        }
+                    },
                 ]
             )
         except ClientError as exc:
@@ -292,7 +341,13 @@ class DynamoDBLedger(Ledger):
                 raise
             cancelled: list[dict[str, Any]] = exc.response.get("CancellationReasons", [])  # type: ignore[assignment]
             reasons = [reason.get("Code") for reason in cancelled]
-            if len(reasons) == 2 and reasons[0] in (None, "None") and reasons[1] == "ConditionalCheckFailed":
+            fine = (None, "None")
+            if (
+                len(reasons) == 3
+                and reasons[0] in fine
+                and reasons[1] == "ConditionalCheckFailed"
+                and reasons[2] in fine
+            ):
                 raise DoubleCommitError(
                     f"object {committed.key} is already recorded but flush was still sealed"
                 ) from None
@@ -311,3 +366,54 @@ class DynamoDBLedger(Ledger):
         ):
             found.extend(object_from_item(_deserialize(item)) for item in page.get("Items", []))
         return found
+
+    def _get_partitions(self, stream: str) -> set[int]:
+        response = self._client.get_item(
+            TableName=self.table_name,
+            Key={"pk": {"S": registry_pk(stream)}, "sk": {"S": PARTITIONS_SK}},
+            ConsistentRead=True,
+        )
+        item = response.get("Item")
+        return {int(number) for number in item["partitions"]["NS"]} if item and "partitions" in item else set()
+
+    def _add_partitions(self, stream: str, partitions: set[int]) -> None:
+        self._client.update_item(
+            TableName=self.table_name,
+            Key={"pk": {"S": registry_pk(stream)}, "sk": {"S": PARTITIONS_SK}},
+            UpdateExpression="ADD partitions :new",
+            ExpressionAttributeValues={":new": {"NS": [str(p) for p in sorted(partitions)]}},
+        )
+
+    def _query_hour_marks(self, stream: str, since_hour: str) -> list[HourMark]:
+        condition, values = "pk = :pk", {":pk": {"S": marks_pk(stream)}}
+        if since_hour:
+            condition += " AND sk >= :since"
+            values[":since"] = {"S": since_hour}
+        marks: list[HourMark] = []
+        for page in self._client.get_paginator("query").paginate(
+            TableName=self.table_name,
+            KeyConditionExpression=condition,
+            ExpressionAttributeValues=values,
+            ConsistentRead=True,
+        ):
+            marks.extend(mark_from_item(_deserialize(item)) for item in page.get("Items", []))
+        return marks
+
+    def _set_if_commits(self, mark: HourMark, values: dict[str, int | str]) -> bool:
+        names = {f"#a{i}": name for i, name in enumerate(values)}
+        attribute_values: dict[str, Any] = {f":v{i}": _SERIALIZER.serialize(v) for i, v in enumerate(values.values())}
+        attribute_values[":commits"] = {"N": str(mark.commits)}
+        try:
+            self._client.update_item(
+                TableName=self.table_name,
+                Key={"pk": {"S": marks_pk(mark.stream)}, "sk": {"S": mark.hour}},
+                UpdateExpression="SET " + ", ".join(f"#a{i} = :v{i}" for i in range(len(values))),
+                ConditionExpression="commits = :commits",
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=attribute_values,
+            )
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
+            return False
+        return True

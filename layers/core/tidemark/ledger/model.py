@@ -95,6 +95,37 @@ class CommittedObject:
     committed_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class HourMark:
+    """What the ledger knows about one event hour of a stream, as monotonic counters.
+
+    Every commit of an object for the hour adds one to ``commits`` (in the commit transaction).
+    Each consumer of the hour remembers the ``commits`` value it last processed, so "dirty"
+    for a consumer is ``commits > consumed``: new objects arrived since -- including late ones
+    for an hour that was already complete. Clearing is conditional on ``commits`` not having
+    moved, so an hour dirtied meanwhile stays dirty.
+    """
+
+    stream: str
+    hour: str
+    commits: int = 0
+    last_commit_ms: int = 0
+    manifest_commits: int = 0  # commits covered by the latest manifest (0: never complete)
+    manifest_key: str = ""
+    completed_ms: int = 0
+    reconciled_commits: int = 0  # commits whose objects were checked against S3 in full
+
+    @property
+    def complete(self) -> bool:
+        """A manifest covers every object committed for the hour so far."""
+        return self.manifest_commits > 0 and self.manifest_commits == self.commits
+
+    @property
+    def reopened(self) -> bool:
+        """Complete once, then late records committed more objects for it."""
+        return 0 < self.manifest_commits < self.commits
+
+
 ObjectKeyFn = Callable[[OpenBuffer], str]
 
 
@@ -110,6 +141,7 @@ class PartitionState:
     staged_offset: int = -1
     next_seq: int = 1
     updated_ms: int = 0
+    watermark_ms: int = -1  # the latest event time of any record archived (raw) so far
     buffers: Mapping[str, OpenBuffer] = field(default_factory=dict)  # by str(BufferKey)
     sealed: Mapping[str, SealedFlush] = field(default_factory=dict)  # by flush id
     quarantined: Mapping[str, QuarantinedFlush] = field(default_factory=dict)  # by flush id
@@ -122,10 +154,12 @@ class PartitionState:
         staged_offset: int,
         now_ms: int,
         spec: str = "",
+        event_ms: int = -1,
     ) -> PartitionState:
         """Add freshly staged segments to their buffers (opening buffers as needed).
 
-        Only buffers staged under the same render ``spec`` can be appended to."""
+        Only buffers staged under the same render ``spec`` can be appended to. ``event_ms`` is the
+        latest event time among the new raw records: the partition's watermark only grows."""
         if staged_offset <= self.staged_offset:
             raise InvalidTransitionError(f"staged offset must grow: {staged_offset} <= {self.staged_offset}")
         buffers = dict(self.buffers)
@@ -150,6 +184,7 @@ class PartitionState:
             staged_offset=staged_offset,
             next_seq=next_seq,
             updated_ms=now_ms,
+            watermark_ms=max(self.watermark_ms, event_ms),
             buffers=_frozen(buffers),  # type: ignore[arg-type]
         )
 
@@ -196,6 +231,17 @@ class PartitionState:
         )
 
     # -- queries ------------------------------------------------------------------------------
+
+    def holds_hour(self, hour: str) -> bool:
+        """Whether anything of event hour ``hour`` is still staged (OPEN or SEALED, any kind)."""
+        return any(buffer.key.hour == hour for buffer in self.buffers.values()) or any(
+            flush.buffer.key.hour == hour for flush in self.sealed.values()
+        )
+
+    @property
+    def idle(self) -> bool:
+        """Nothing staged: every accepted record is in a committed object."""
+        return not self.buffers and not self.sealed
 
     def referenced_segments(self) -> set[str]:
         """Every segment the ledger has accepted and not yet committed: never garbage."""

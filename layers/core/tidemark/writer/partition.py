@@ -178,7 +178,8 @@ class PartitionWriter:
                 continue
             now = self._clock.now_ms()
             written = self._write_segments(fresh, now)
-            accepted = state.accept(written, fresh[-1][0], now, self.stream.spec)
+            latest_event = max(item.event_ms for _offset, item in fresh)
+            accepted = state.accept(written, fresh[-1][0], now, self.stream.spec, latest_event)
             try:
                 state = self._remember(self._ledger.save(accepted, state))
             except LedgerConflictError as conflict:
