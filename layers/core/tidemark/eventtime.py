@@ -172,6 +172,13 @@ class HourBucketer:
         return self._label(local_ms // _HOUR_MS)
 
 
+def hour_end_ms(label: str, timezone: str = "UTC") -> int:
+    """Epoch ms at which the event hour ``label`` (local to ``timezone``) ends. For the repeated
+    hour of a DST fall-back the later occurrence counts, so an hour is never ended too early."""
+    start = datetime.strptime(label, "%Y-%m-%dT%H").replace(tzinfo=ZoneInfo(timezone), fold=1)
+    return int(start.timestamp() * 1000) + _HOUR_MS
+
+
 def hour_path(label: str) -> str:
     """``2026-11-21T07`` -> ``2026/11/21/07`` (the S3 folder)."""
     return f"{label[0:4]}/{label[5:7]}/{label[8:10]}/{label[11:13]}"

@@ -380,7 +380,8 @@ class DynamoDBLedger(Ledger):
         self._client.update_item(
             TableName=self.table_name,
             Key={"pk": {"S": registry_pk(stream)}, "sk": {"S": PARTITIONS_SK}},
-            UpdateExpression="ADD partitions :new",
+            UpdateExpression="ADD #partitions :new",
+            ExpressionAttributeNames={"#partitions": "partitions"},  # a reserved word
             ExpressionAttributeValues={":new": {"NS": [str(p) for p in sorted(partitions)]}},
         )
 

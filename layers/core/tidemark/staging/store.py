@@ -94,7 +94,12 @@ class SegmentStore:
         name = f"{buffer.kind}_{buffer.hour}_{first:020d}-{last:020d}_{created_ms:013d}_{secrets.token_hex(6)}.seg"
         data = b"".join(frames)
         self._crash.hit(BEFORE_SEGMENT_WRITE)
-        fd = os.open(directory / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
+        try:
+            fd = os.open(directory / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
+        except FileNotFoundError:  # the sweeper removed the (then empty) directory just now
+            directory.mkdir(parents=True, exist_ok=True)
+            _fsync_dir(directory.parent)
+            fd = os.open(directory / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
         try:
             half = len(data) // 2
             _write_all(fd, data[:half])
@@ -140,6 +145,28 @@ class SegmentStore:
             return []
         found = (parse_segment_name(name) for name in names if name not in excluding)
         return sorted((segment for segment in found if segment is not None), key=lambda s: (s.first, s.name))
+
+    def partitions(self, stream: str) -> list[int]:
+        """Partitions of ``stream`` that have a staging directory, ascending."""
+        if not matches(STREAM, stream):
+            raise UnsafePathError(f"refusing staging path for stream={stream!r}")
+        try:
+            names = os.listdir(self.root / stream)
+        except FileNotFoundError:
+            return []
+        found = (name[1:] for name in names if name.startswith("p"))
+        return sorted(int(number) for number in found if number.isdigit() and str(int(number)) == number)
+
+    def remove_partition_dir(self, stream: str, partition: int) -> bool:
+        """Remove the partition's directory if it is empty; ``False`` if it holds anything (a
+        writer may have just put a segment there: the directory then simply stays)."""
+        directory = self.partition_dir(stream, partition)
+        try:
+            directory.rmdir()
+        except OSError:  # missing, or not empty
+            return False
+        _fsync_dir(directory.parent)
+        return True
 
     def delete(self, stream: str, partition: int, name: str) -> bool:
         if parse_segment_name(name) is None:

@@ -1,0 +1,153 @@
+"""Hour completeness: when may a reader treat an event hour as done?
+
+An hour of a stream is complete when, for every partition the sweeper knows of,
+
+* nothing of that hour is still staged (no OPEN or SEALED buffer of the hour, either kind), and
+* the partition has moved past the hour: its watermark (latest archived event time) is at least
+  the hour's end plus ``completeness.allowed_lateness`` -- or the partition is idle (nothing
+  staged) and has not accepted anything for ``allowed_lateness`` of processing time after the
+  hour's end, so a quiet partition does not hold every hour back forever.
+
+The sweeper then writes ``<manifests_prefix>/<stream>/<yyyy>/<mm>/<dd>/<hh>/manifest.json``
+listing the hour's committed objects (keys, offsets, counts, digests) and records in the ledger
+that the manifest covers ``commits`` objects -- conditionally, so a commit racing the sweep
+leaves the hour incomplete until the next one. A late record committed afterwards bumps the
+hour's ``commits``: the hour is *reopened* (dirty) and the next sweep writes a new manifest.
+Readers trust a manifest whose ``commits`` equals the ledger's ``manifest_commits``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from tidemark.config.model import StreamConfig
+from tidemark.eventtime import hour_end_ms, hour_path, iso_utc
+from tidemark.ledger.model import CommittedObject, HourMark, PartitionState
+from tidemark.runtime import Runtime
+from tidemark.sweeper.discovery import discover
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class CompletenessReport:
+    completed: list[str] = field(default_factory=list)  # "<stream>/<hour>" newly complete
+    reopened: list[str] = field(default_factory=list)  # complete before, dirty now, complete again
+    waiting: dict[str, str] = field(default_factory=dict)  # "<stream>/<hour>" -> why not yet
+    manifests: list[str] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "completed": self.completed,
+            "reopened": self.reopened,
+            "waiting": len(self.waiting),
+            "manifests": self.manifests,
+        }
+
+
+def manifest_key(prefix: str, stream: str, hour: str) -> str:
+    return f"{prefix}/{stream}/{hour_path(hour)}/manifest.json"
+
+
+def why_not_past(hour_end: int, lateness: int, state: PartitionState, now_ms: int) -> str | None:
+    """``None`` if the partition has moved past the hour, else the reason it has not."""
+    if state.watermark_ms >= hour_end + lateness:
+        return None
+    if state.idle and now_ms >= hour_end + lateness and now_ms - state.updated_ms >= lateness:
+        return None
+    return f"partition {state.partition} watermark {iso_utc(max(state.watermark_ms, 0))}"
+
+
+def manifest_body(
+    stream: StreamConfig, mark: HourMark, objects: list[CommittedObject], states: list[PartitionState], now_ms: int
+) -> bytes:
+    ordered = sorted(objects, key=lambda item: (item.kind, item.partition, item.first))
+    return orjson.dumps(
+        {
+            "stream": stream.name,
+            "hour": mark.hour,
+            "timezone": stream.event_time.timezone,
+            "commits": mark.commits,
+            "completed_at": iso_utc(now_ms),
+            "allowed_lateness_s": stream.completeness.allowed_lateness_ms // 1000,
+            "watermarks": {str(state.partition): state.watermark_ms for state in states},
+            "records": {kind: sum(item.records for item in ordered if item.kind == kind) for kind in ("raw", "errors")},
+            "objects": [
+                {
+                    "key": item.key,
+                    "kind": item.kind,
+                    "partition": item.partition,
+                    "first_offset": item.first,
+                    "last_offset": item.last,
+                    "records": item.records,
+                    "size": item.size,
+                    "sha256": item.sha256,
+                }
+                for item in ordered
+            ],
+        },
+        option=orjson.OPT_INDENT_2,
+    )
+
+
+class CompletenessTracker:
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+
+    def run(self, now_ms: int) -> CompletenessReport:
+        report = CompletenessReport()
+        for stream in self.runtime.config.streams:
+            self.stream(stream, now_ms, report)
+        return report
+
+    def stream(self, stream: StreamConfig, now_ms: int, report: CompletenessReport) -> None:
+        ledger = self.runtime.ledger
+        pending = [mark for mark in ledger.hour_marks(stream.name) if not mark.complete]
+        if not pending:
+            return
+        states = [ledger.load(stream.name, ref.partition) for ref in discover(self.runtime, stream.name)]
+        lateness = stream.completeness.allowed_lateness_ms
+        for mark in pending:
+            name = f"{stream.name}/{mark.hour}"
+            end = hour_end_ms(mark.hour, stream.event_time.timezone)
+            blockers: list[str] = []
+            for state in states:
+                if state.holds_hour(mark.hour):
+                    blockers.append(f"partition {state.partition} still stages the hour")
+                elif (reason := why_not_past(end, lateness, state, now_ms)) is not None:
+                    blockers.append(reason)
+            if blockers:
+                report.waiting[name] = "; ".join(blockers[:3])
+                continue
+            self._complete(stream, mark, states, now_ms, report)
+
+    def _complete(
+        self,
+        stream: StreamConfig,
+        mark: HourMark,
+        states: list[PartitionState],
+        now_ms: int,
+        report: CompletenessReport,
+    ) -> None:
+        objects = self.runtime.ledger.committed_objects(stream.name, mark.hour)
+        key = manifest_key(self.runtime.config.sweeper.manifests_prefix, stream.name, mark.hour)
+        self.runtime.objects.client.put_object(
+            Bucket=self.runtime.objects.bucket,
+            Key=key,
+            Body=manifest_body(stream, mark, objects, states, now_ms),
+            ContentType="application/json",
+        )
+        if not self.runtime.ledger.record_manifest(mark, key, now_ms):
+            logger.info("hour got a new object while completing; next sweep", extra={"hour": mark.hour})
+            return
+        name = f"{stream.name}/{mark.hour}"
+        (report.reopened if mark.reopened else report.completed).append(name)
+        report.manifests.append(key)
+        logger.info(
+            "hour complete",
+            extra={"stream": stream.name, "hour": mark.hour, "objects": len(objects), "manifest": key},
+        )

@@ -1,0 +1,29 @@
+"""Which partitions the sweeper visits: every one with a staging directory, and every one it has
+ever seen (the ledger's registry), so an idle partition still counts for hour completeness."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tidemark.runtime import Runtime
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRef:
+    stream: str
+    partition: int
+
+    def to_dict(self) -> dict[str, object]:
+        return {"stream": self.stream, "partition": self.partition}
+
+
+def discover(runtime: Runtime, stream: str) -> list[PartitionRef]:
+    """Partitions of ``stream`` with staging, registered in the ledger as a side effect."""
+    on_disk = set(runtime.staging.partitions(stream))
+    known = runtime.ledger.partitions(stream)
+    runtime.ledger.register_partitions(stream, on_disk - known)
+    return [PartitionRef(stream, partition) for partition in sorted(on_disk | known)]
+
+
+def discover_all(runtime: Runtime) -> list[PartitionRef]:
+    return [ref for stream in runtime.config.streams for ref in discover(runtime, stream.name)]

@@ -1,0 +1,171 @@
+"""Reconciliation: the ledger's committed objects and the bucket must agree, both ways.
+
+Per event hour (every hour inside ``sweeper.reconcile_lookback``, and any older hour with
+commits not yet checked in full):
+
+* every object the ledger committed exists in S3 with the recorded size (listing), and -- the
+  first time an hour's commits are checked -- the recorded SHA-256 (``HEAD`` metadata);
+* no object exists under the stream's raw or error prefix for that hour that the ledger does not
+  know, except the object of a flush that is SEALED right now (uploaded, commit in flight).
+
+Findings are logged and counted; nothing in S3 is ever deleted or rewritten. The order of reads
+(list S3, read the ledger's objects; only for keys the ledger does not know: the SEALED flushes,
+then the ledger's objects once more) means an object committed while the check runs is never
+reported: it is committed, or in flight, by the time it is looked up.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from tidemark.eventtime import HourBucketer, hour_path
+from tidemark.ledger.model import CommittedObject, HourMark
+from tidemark.objects.writer import META_SHA256
+from tidemark.runtime import Runtime
+from tidemark.sweeper.discovery import discover
+
+logger = logging.getLogger(__name__)
+
+MISSING = "missing_object"  # committed in the ledger, absent from S3
+SIZE_MISMATCH = "size_mismatch"
+CHECKSUM_MISMATCH = "checksum_mismatch"
+UNKNOWN = "unknown_object"  # in S3 under the stream's prefix, unknown to the ledger
+HOUR_MS = 3_600_000
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    kind: str
+    stream: str
+    hour: str
+    key: str
+    detail: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"kind": self.kind, "stream": self.stream, "hour": self.hour, "key": self.key, "detail": self.detail}
+
+
+@dataclass
+class ReconcileReport:
+    hours_checked: int = 0
+    objects_checked: int = 0
+    checksums_checked: int = 0
+    findings: list[Finding] = field(default_factory=list)
+
+    def counts(self) -> Counter[str]:
+        return Counter(finding.kind for finding in self.findings)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "hours_checked": self.hours_checked,
+            "objects_checked": self.objects_checked,
+            "checksums_checked": self.checksums_checked,
+            "findings": dict(self.counts()),
+            "details": [finding.to_dict() for finding in self.findings[:50]],
+        }
+
+
+class Reconciler:
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.s3 = runtime.objects.client
+        self.bucket = runtime.objects.bucket
+        self.archive = runtime.config.archive
+
+    def _listing(self, stream: str, hour: str) -> dict[str, int]:
+        found: dict[str, int] = {}
+        for prefix in (self.archive.raw_prefix, self.archive.errors_prefix):
+            pages = self.s3.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=f"{prefix}/{stream}/{hour_path(hour)}/"
+            )
+            for page in pages:
+                found.update((item["Key"], item["Size"]) for item in page.get("Contents", []))
+        return found
+
+    def _head(self, key: str) -> dict[str, Any] | None:
+        try:
+            return dict(self.s3.head_object(Bucket=self.bucket, Key=key))
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] in ("404", "NoSuchKey", "NotFound"):
+                return None
+            raise
+
+    def hours_to_check(self, stream: str, now_ms: int) -> tuple[list[str], dict[str, HourMark]]:
+        timezone = self.runtime.config.stream(stream).event_time.timezone
+        labels = HourBucketer(timezone)
+        lookback = self.runtime.config.sweeper.reconcile_lookback_ms
+        window = {labels.label(ms) for ms in range(now_ms - lookback, now_ms + 1, HOUR_MS // 4)}
+        marks = {mark.hour: mark for mark in self.runtime.ledger.hour_marks(stream)}
+        unchecked = {hour for hour, mark in marks.items() if mark.reconciled_commits < mark.commits}
+        return sorted(window | unchecked), marks
+
+    def reconcile_stream(self, stream: str, now_ms: int, report: ReconcileReport) -> None:
+        hours, marks = self.hours_to_check(stream, now_ms)
+        partitions = [ref.partition for ref in discover(self.runtime, stream)]
+        for hour in hours:
+            listing = self._listing(stream, hour)
+            committed = self.runtime.ledger.committed_objects(stream, hour)
+            strangers = set(listing) - {item.key for item in committed}
+            if strangers:  # rare: an upload whose commit is in flight, or a real stranger
+                strangers -= self._in_flight(stream, hour, partitions)
+                strangers -= {item.key for item in self.runtime.ledger.committed_objects(stream, hour)}
+            mark = marks.get(hour)
+            full = mark is not None and mark.reconciled_commits < mark.commits
+            before = len(report.findings)
+            self._compare(stream, hour, listing, committed, full, report)
+            for key in sorted(strangers):
+                report.findings.append(Finding(UNKNOWN, stream, hour, key, f"{listing[key]} bytes"))
+            report.hours_checked += 1
+            if full and mark is not None and len(report.findings) == before:
+                self.runtime.ledger.record_reconciled(mark)
+
+    def _in_flight(self, stream: str, hour: str, partitions: list[int]) -> set[str]:
+        """Object keys of the hour's SEALED flushes: uploaded or about to be, not yet committed."""
+        return {
+            flush.object_key
+            for partition in partitions
+            for flush in self.runtime.ledger.load(stream, partition).sealed.values()
+            if flush.buffer.key.hour == hour
+        }
+
+    def _compare(
+        self,
+        stream: str,
+        hour: str,
+        listing: dict[str, int],
+        committed: list[CommittedObject],
+        full: bool,
+        report: ReconcileReport,
+    ) -> None:
+        for item in committed:
+            report.objects_checked += 1
+            size = listing.get(item.key)
+            head = self._head(item.key) if size is None or full else None
+            if size is None and head is None:
+                report.findings.append(Finding(MISSING, stream, hour, item.key, f"{item.records} records"))
+                continue
+            actual = size if size is not None else int(head["ContentLength"]) if head else 0
+            if actual != item.size:
+                report.findings.append(
+                    Finding(SIZE_MISMATCH, stream, hour, item.key, f"ledger {item.size} bytes, S3 {actual}")
+                )
+            if head is not None:
+                report.checksums_checked += 1
+                digest = head.get("Metadata", {}).get(META_SHA256, "")
+                if digest != item.sha256:
+                    report.findings.append(
+                        Finding(CHECKSUM_MISMATCH, stream, hour, item.key, f"ledger {item.sha256}, S3 {digest!r}")
+                    )
+
+    def run(self, now_ms: int) -> ReconcileReport:
+        report = ReconcileReport()
+        for stream in self.runtime.config.streams:
+            self.reconcile_stream(stream.name, now_ms, report)
+        for finding in report.findings:
+            logger.error("reconciliation finding", extra=finding.to_dict())
+        return report

@@ -1,0 +1,199 @@
+"""The sweeper's steps against moto server and a staging directory: idle flushes, orphans and
+their grace period, directory cleanup, reconciliation findings, hour completeness."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import orjson
+import pytest
+
+from tests.support.events import msk_event
+from tests.support.harness import small_config, staged_files
+from tests.support.workload import HOUR_MS, batches, make_orders
+from tidemark.archiver import Archiver
+from tidemark.buffers import BufferKey
+from tidemark.staging.frames import RAW, encode_frame
+from tidemark.sweeper.completeness import CompletenessTracker, manifest_key
+from tidemark.sweeper.discovery import discover_all
+from tidemark.sweeper.reconcile import Reconciler
+from tidemark.sweeper.sweep import sweep_partition
+from tidemark.verify import verify_archive
+
+
+def archive_workload(archive, config, batch=30, **workload):
+    runtime = archive.runtime(config)
+    orders = make_orders(**workload)
+    for records in orders.records.values():
+        for chunk in batches(records, batch):
+            Archiver(runtime).handle(msk_event(chunk))
+    return runtime, orders
+
+
+def test_an_idle_buffer_is_flushed_after_max_age_with_no_new_records(archive):
+    config = small_config(max_records=10_000)  # nothing rotates by size
+    runtime, orders = archive_workload(archive, config, partitions=2, per_partition=40, hours=1)
+    assert [sweep_partition(runtime, "orders", p).flushed for p in (0, 1)] == [{}, {}]  # not old enough
+
+    archive.clock.advance(minutes=15)
+    outcomes = [sweep_partition(runtime, "orders", p) for p in (0, 1)]
+
+    assert all(set(outcome.flushed) == {"max_age"} for outcome in outcomes)
+    report = verify_archive(archive.s3, archive.bucket, "orders", orders.expected)
+    assert report.ok and report.archived + report.dead_lettered == 80, report.summary()
+    assert all(outcome.directory_removed for outcome in outcomes)  # nothing left: directories gone
+    assert not (archive.staging_root / "orders").exists() or not any((archive.staging_root / "orders").iterdir())
+
+
+def write_orphan(runtime, partition: int, offset: int, created_ms: int) -> str:
+    frame = encode_frame(RAW, offset, created_ms, created_ms, None, b"{}", ())
+    ref = runtime.staging.write(
+        "orders", partition, BufferKey("raw", "2026-11-21T08"), [frame], offset, offset, created_ms
+    )
+    return ref.name
+
+
+def test_an_orphan_segment_is_removed_only_after_the_grace_period(archive):
+    config = small_config()
+    runtime, _orders = archive_workload(archive, config, partitions=1, per_partition=20, hours=1)
+    archive.clock.advance(minutes=16)
+    sweep_partition(runtime, "orders", 0)  # flushes everything: the partition is idle
+    orphan = write_orphan(runtime, 0, offset=10_000, created_ms=archive.clock.now_ms())  # never accepted
+
+    archive.clock.advance(minutes=29)
+    kept = sweep_partition(runtime, "orders", 0)
+    assert orphan in staged_files(archive) and not kept.directory_removed
+
+    archive.clock.advance(minutes=2)  # 31 minutes old: past archive.segment_grace (30m)
+    removed = sweep_partition(runtime, "orders", 0)
+    assert orphan not in staged_files(archive)
+    assert removed.garbage_deleted == 1 and removed.directory_removed
+
+
+def test_reconciliation_flags_what_differs_and_never_deletes(archive):
+    config = small_config(max_records=30)
+    runtime, _orders = archive_workload(archive, config, partitions=1, per_partition=150, hours=1)
+    archive.clock.advance(minutes=16)
+    sweep_partition(runtime, "orders", 0)  # everything committed
+    keys = sorted(o["Key"] for o in archive.s3.list_objects_v2(Bucket=archive.bucket, Prefix="raw/")["Contents"])
+    now = archive.clock.now_ms()
+    clean = Reconciler(runtime).run(now)
+    assert clean.findings == [] and clean.objects_checked >= 3 and clean.checksums_checked >= 3
+
+    archive.s3.delete_object(Bucket=archive.bucket, Key=keys[0])  # deleted behind the ledger's back
+    archive.s3.put_object(Bucket=archive.bucket, Key=keys[1], Body=b"tampered")  # same key, other bytes
+    stranger = keys[2].rsplit("/", 1)[0] + "/orders+0+00000000000000099999-00000000000000099999.jsonl.gz"
+    archive.s3.put_object(Bucket=archive.bucket, Key=stranger, Body=b"{}")
+
+    findings = Reconciler(runtime).run(now).findings
+
+    assert sorted((f.kind, f.key) for f in findings) == sorted(
+        [("missing_object", keys[0]), ("size_mismatch", keys[1]), ("unknown_object", stranger)]
+    )
+    listed = {o["Key"] for o in archive.s3.list_objects_v2(Bucket=archive.bucket, Prefix="raw/")["Contents"]}
+    assert stranger in listed and keys[1] in listed  # nothing removed or rewritten
+
+
+def test_an_object_uploaded_but_not_yet_committed_is_in_flight_not_unknown(archive):
+    from tidemark.faults import AFTER_UPLOAD, CrashAt, SimulatedCrash
+
+    config = small_config(max_records=20)
+    crashing = archive.runtime(config, CrashAt(AFTER_UPLOAD))
+    orders = make_orders(partitions=1, per_partition=40, hours=1, bad_share=0.0, late_share=0.0)
+    with pytest.raises(SimulatedCrash):
+        Archiver(crashing).handle(msk_event(orders.all_records()))
+    runtime = archive.runtime(config)
+    assert len(archive.s3.list_objects_v2(Bucket=archive.bucket, Prefix="raw/")["Contents"]) == 1  # uploaded
+    assert runtime.ledger.committed_objects("orders", "2026-11-21T08") == []  # not committed
+    assert Reconciler(runtime).run(archive.clock.now_ms()).findings == []  # sealed: its commit is pending
+    sweep_partition(runtime, "orders", 0)  # resumes and commits it
+    assert Reconciler(runtime).run(archive.clock.now_ms()).findings == []
+
+
+def complete(runtime, now_ms):
+    for ref in discover_all(runtime):
+        sweep_partition(runtime, ref.stream, ref.partition)
+    return CompletenessTracker(runtime).run(now_ms)
+
+
+def event_ms(record) -> int:
+    created = orjson.loads(record.value)["created_at"]
+    return created if isinstance(created, int) else int(datetime.fromisoformat(created).timestamp() * 1000)
+
+
+def complete_by_rule(delivered: dict[int, list], lateness_ms: int = HOUR_MS) -> list[str]:
+    """The oracle: hours (with records) whose end + lateness every partition's latest event passed."""
+    low = min(max(event_ms(r) for r in records) for records in delivered.values())
+    hours = {
+        datetime.fromtimestamp(event_ms(r) / 1000, UTC).strftime("%Y-%m-%dT%H") for rs in delivered.values() for r in rs
+    }
+    ends = {
+        hour: int(datetime.strptime(hour, "%Y-%m-%dT%H").replace(tzinfo=UTC).timestamp() * 1000) + HOUR_MS
+        for hour in hours
+    }
+    return sorted(f"orders/{hour}" for hour, end in ends.items() if end + lateness_ms <= low)
+
+
+def read_manifest(archive, hour):
+    key = manifest_key("manifests", "orders", hour)
+    return orjson.loads(archive.s3.get_object(Bucket=archive.bucket, Key=key)["Body"].read())
+
+
+def test_hours_complete_when_every_partition_moved_past_them_and_late_records_reopen_them(archive):
+    config = small_config(max_records=25)
+    runtime = archive.runtime(config)
+    archiver = Archiver(runtime)
+    orders = make_orders(partitions=2, per_partition=120, hours=3, late_share=0.0, bad_share=0.0)
+    # Partition 0 gets all its records (events until 11:00), partition 1 only its first 40 (until ~09:00).
+    delivered = {0: orders.records[0], 1: orders.records[1][:40]}
+    archiver.handle(msk_event(delivered[0]))
+    archiver.handle(msk_event(delivered[1]))
+    archive.clock.advance(minutes=16)  # max age: the sweep flushes what is open
+    first = complete(runtime, archive.clock.now_ms())
+    assert first.completed == complete_by_rule(delivered)  # partition 1 holds the later hours back
+    assert "orders/2026-11-21T09" in first.waiting and "partition 1 watermark" in first.waiting["orders/2026-11-21T09"]
+
+    delivered[1] = orders.records[1]
+    archiver.handle(msk_event(orders.records[1][40:]))
+    archive.clock.advance(minutes=16)
+    second = complete(runtime, archive.clock.now_ms())
+    assert sorted(first.completed + second.completed) == complete_by_rule(delivered)
+    assert "orders/2026-11-21T08" in second.completed
+    assert "orders/2026-11-21T10" in second.waiting  # needs events at 12:00 (end 11:00 + 1h)
+    manifest = read_manifest(archive, "2026-11-21T08")
+    committed = runtime.ledger.committed_objects("orders", "2026-11-21T08")
+    assert [o["key"] for o in manifest["objects"]] == sorted(o.key for o in committed)
+    assert (
+        manifest["records"]["raw"]
+        == sum(o.records for o in committed)
+        == sum(1 for e in orders.expected if e.hour == "2026-11-21T08")
+    )
+    assert manifest["commits"] == len(committed)
+
+    # A late record for 08:00 arrives: the hour is reopened, then completed again with it.
+    last = orders.records[0][-1]
+    late = last._replace(
+        offset=last.offset + 1,
+        value=orjson.dumps({"order_id": "late", "price": 1, "quantity": 1, "created_at": "2026-11-21T08:30:00Z"}),
+    )
+    archiver.handle(msk_event([late]))
+    archive.clock.advance(minutes=16)
+    third = complete(runtime, archive.clock.now_ms())
+    assert third.reopened == ["orders/2026-11-21T08"]
+    manifest = read_manifest(archive, "2026-11-21T08")
+    assert manifest["commits"] == len(committed) + 1
+    assert manifest["records"]["raw"] == sum(o.records for o in committed) + 1
+    mark = next(m for m in runtime.ledger.hour_marks("orders") if m.hour == "2026-11-21T08")
+    assert mark.complete and mark.manifest_commits == manifest["commits"]
+
+
+def test_an_idle_partition_does_not_hold_hours_back_forever(archive):
+    config = small_config(max_records=25)
+    runtime = archive.runtime(config)
+    orders = make_orders(partitions=2, per_partition=60, hours=1, late_share=0.0, bad_share=0.0)
+    Archiver(runtime).handle(msk_event(orders.records[0]))
+    Archiver(runtime).handle(msk_event(orders.records[1][:5]))  # partition 1 goes quiet early
+    archive.clock.advance(minutes=16)
+    assert complete(runtime, archive.clock.now_ms()).completed == []
+    archive.clock.advance(ms=2 * HOUR_MS)  # past the hours' end + lateness, and idle that long
+    assert complete(runtime, archive.clock.now_ms()).completed == ["orders/2026-11-21T07", "orders/2026-11-21T08"]
