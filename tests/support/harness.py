@@ -112,9 +112,10 @@ def assert_objects_describe_themselves(archive, config) -> None:
     """Every object holds exactly the offset range its key names and the count its metadata
     says, and the ledger recorded exactly these objects with these digests."""
     s3, bucket = archive.s3, archive.bucket
-    keys = [
+    keys = [  # archive objects only (manifests live under their own prefix)
         o["Key"]
-        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket)
+        for prefix in ("raw/", "errors/")
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
         for o in page.get("Contents", [])
     ]
     assert keys

@@ -322,3 +322,19 @@ def test_hour_path(label: str, path: str) -> None:
 )
 def test_iso_utc(ms: int, text: str) -> None:
     assert iso_utc(ms) == text
+
+
+@pytest.mark.parametrize(
+    ("label", "zone", "end_utc"),
+    [
+        ("2026-11-21T07", "UTC", "2026-11-21T08:00:00+00:00"),
+        ("2026-11-21T15", "Asia/Kolkata", "2026-11-21T10:30:00+00:00"),  # +05:30
+        ("2026-11-01T01", "America/New_York", "2026-11-01T07:00:00+00:00"),  # the repeated hour: the later one
+    ],
+)
+def test_hour_end_ms(label: str, zone: str, end_utc: str) -> None:
+    from datetime import datetime
+
+    from tidemark.eventtime import hour_end_ms
+
+    assert hour_end_ms(label, zone) == int(datetime.fromisoformat(end_utc).timestamp() * 1000)

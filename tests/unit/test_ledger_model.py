@@ -8,7 +8,7 @@ import pytest
 
 from tidemark.buffers import BufferKey
 from tidemark.exceptions import InvalidTransitionError, LedgerError
-from tidemark.ledger.model import OpenBuffer, PartitionState, SealedFlush
+from tidemark.ledger.model import HourMark, OpenBuffer, PartitionState, SealedFlush
 from tidemark.staging.store import SegmentRef
 
 T0 = 1_763_712_000_000
@@ -252,3 +252,35 @@ def test_a_buffer_is_only_appended_to_under_the_format_it_was_opened_with() -> N
         state.accept([(RAW_08, seg(10, 19))], 19, T0 + 1, "jsonl|none|6|orders|text|json|text")
     later = state.accept([(RAW_08, seg(10, 19))], 19, T0 + 1, "jsonl|gzip|6|orders|text|json|text")
     assert len(later.buffers["raw/2025-11-21T08"].segments) == 2
+
+
+def test_watermark_is_the_latest_event_time_and_never_moves_back() -> None:
+    state = PartitionState("orders", 0)
+    assert state.watermark_ms == -1
+    state = state.accept([(RAW_08, seg(0, 9))], 9, T0, event_ms=T0 - 100)
+    state = state.accept([(RAW_07, seg(10, 19))], 19, T0 + 1, event_ms=T0 - 3_600_000)  # a late batch
+    assert state.watermark_ms == T0 - 100
+    state = state.accept([(RAW_08, seg(20, 29))], 29, T0 + 2)  # dead letters only: no event time
+    assert state.watermark_ms == T0 - 100
+
+
+def test_holds_hour_and_idle_see_open_and_sealed_buffers() -> None:
+    state = PartitionState("orders", 0).accept([(RAW_08, seg(0, 9)), (RAW_07, seg(10, 19))], 19, T0)
+    assert state.holds_hour("2025-11-21T08") and state.holds_hour("2025-11-21T07") and not state.idle
+    state = state.seal({str(RAW_07): "max_age"}, lambda b: f"key-{b.seq}", T0 + 1)
+    assert state.holds_hour("2025-11-21T07")  # sealed, not yet committed
+    flush_id = next(iter(state.sealed))
+    state = state.commit(flush_id, T0 + 2)
+    assert not state.holds_hour("2025-11-21T07") and state.holds_hour("2025-11-21T08")
+    state = state.seal({str(RAW_08): "max_age"}, lambda b: f"key-{b.seq}", T0 + 3)
+    state = state.commit(next(iter(state.sealed)), T0 + 4)
+    assert state.idle and not state.holds_hour("2025-11-21T08")
+
+
+@pytest.mark.parametrize(
+    ("commits", "manifest", "complete", "reopened"),
+    [(0, 0, False, False), (3, 0, False, False), (3, 3, True, False), (4, 3, False, True)],
+)
+def test_hour_mark_states(commits: int, manifest: int, complete: bool, reopened: bool) -> None:
+    mark = HourMark("orders", "2025-11-21T08", commits=commits, manifest_commits=manifest)
+    assert (mark.complete, mark.reopened) == (complete, reopened)

@@ -1,0 +1,157 @@
+"""The sweeper: a Step Functions workflow on an EventBridge schedule.
+
+    ListPartitions ──▶ Map (per partition, max_concurrency) SweepPartition ──▶ Reconcile ──▶ CompleteHours
+
+Each step is a Lambda function from ``functions/sweeper`` (one code asset, one handler each) over
+the core layer. Every step is idempotent; a failed sweep of one partition is retried and then
+fails the execution (the next scheduled run starts over), never the other partitions' work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from aws_cdk import Duration
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_stepfunctions as sfn
+from aws_cdk import aws_stepfunctions_tasks as tasks
+from constructs import Construct
+
+from tidemark.config import TidemarkConfig
+from tidemark.exceptions import ConfigError
+
+#: handler function name in functions/sweeper/handler.py for each step
+STEPS = {
+    "ListPartitions": "list_partitions",
+    "SweepPartition": "sweep_partition",
+    "Reconcile": "reconcile",
+    "CompleteHours": "complete_hours",
+}
+
+
+@dataclass(frozen=True)
+class SweeperFunctions:
+    list_partitions: lambda_.Function
+    sweep_partition: lambda_.Function
+    reconcile: lambda_.Function
+    complete_hours: lambda_.Function
+
+
+class SweeperConstruct(Construct):
+    """Sweeper functions, state machine and schedule.
+
+    ``code_dir`` is the function code (``functions/sweeper``), ``layer`` the core package;
+    ``environment`` carries the settings every Tidemark function gets (bucket, ledger table,
+    staging root, config). ``filesystem`` mounts the EFS staging access point when given (the
+    infrastructure construct passes it together with the VPC).
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: TidemarkConfig,
+        code_dir: Path,
+        layer: lambda_.ILayerVersion,
+        bucket: s3.IBucket,
+        ledger_table: dynamodb.ITable,
+        environment: Mapping[str, str],
+        filesystem: lambda_.FileSystem | None = None,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        if not (code_dir / "handler.py").is_file():
+            raise ConfigError(f"sweeper code directory {code_dir} has no handler.py")
+        interval = config.sweeper.interval
+        code = lambda_.Code.from_asset(str(code_dir))
+
+        def function(step: str, timeout: Duration) -> lambda_.Function:
+            return lambda_.Function(
+                self,
+                step,
+                runtime=lambda_.Runtime.PYTHON_3_11,
+                architecture=lambda_.Architecture.ARM_64,
+                handler=f"handler.{STEPS[step]}",
+                code=code,
+                layers=[layer],
+                memory_size=1024,
+                timeout=timeout,
+                environment={**environment, "POWERTOOLS_SERVICE_NAME": "tidemark-sweeper"},
+                filesystem=filesystem,
+                tracing=lambda_.Tracing.ACTIVE,
+                log_group=logs.LogGroup(self, f"{step}Logs", retention=logs.RetentionDays.ONE_MONTH),
+            )
+
+        # A partition's sweep may upload large objects; it must still end well within one interval.
+        sweep_timeout = Duration.seconds(int(min(interval.total_seconds(), 900)))
+        self.functions = SweeperFunctions(
+            list_partitions=function("ListPartitions", Duration.minutes(1)),
+            sweep_partition=function("SweepPartition", sweep_timeout),
+            reconcile=function("Reconcile", sweep_timeout),
+            complete_hours=function("CompleteHours", sweep_timeout),
+        )
+        for fn in (self.functions.list_partitions, self.functions.sweep_partition, self.functions.complete_hours):
+            ledger_table.grant_read_write_data(fn)
+        ledger_table.grant_read_write_data(self.functions.reconcile)  # records reconciled hours
+        bucket.grant_read_write(self.functions.sweep_partition)  # uploads idle and resumed flushes
+        bucket.grant_read(self.functions.reconcile)  # lists and heads; never writes or deletes
+        bucket.grant_read(self.functions.complete_hours)
+        bucket.grant_put(self.functions.complete_hours, f"{config.sweeper.manifests_prefix}/*")
+
+        self.state_machine = sfn.StateMachine(
+            self,
+            "StateMachine",
+            definition_body=sfn.DefinitionBody.from_chainable(self._definition(config)),
+            timeout=Duration.minutes(max(int(interval.total_seconds() // 60), 15)),
+            tracing_enabled=True,
+            logs=sfn.LogOptions(
+                destination=logs.LogGroup(self, "Executions", retention=logs.RetentionDays.ONE_MONTH),
+                level=sfn.LogLevel.ERROR,
+            ),
+            comment="Tidemark sweeper: idle flushes, crash recovery, orphan cleanup, reconciliation, hour completeness",
+        )
+        self.schedule = events.Rule(
+            self,
+            "Schedule",
+            schedule=events.Schedule.rate(Duration.minutes(int(interval.total_seconds() // 60))),
+            targets=[targets.SfnStateMachine(self.state_machine)],
+            description="Runs the Tidemark sweeper every sweeper.interval",
+        )
+
+    def _task(self, step: str, fn: lambda_.Function, result_path: str | None) -> tasks.LambdaInvoke:
+        task = tasks.LambdaInvoke(
+            self,
+            f"{step}Task",
+            state_name=step,
+            lambda_function=fn,
+            payload_response_only=True,
+            result_path=result_path,
+            retry_on_service_exceptions=True,
+        )
+        task.add_retry(errors=["States.TaskFailed"], max_attempts=2, interval=Duration.seconds(5), backoff_rate=2)
+        return task
+
+    def _definition(self, config: TidemarkConfig) -> sfn.IChainable:
+        fns = self.functions
+        sweep_each = sfn.Map(
+            self,
+            "SweepEachPartition",
+            state_name="SweepEachPartition",
+            items_path="$.partitions",
+            max_concurrency=config.sweeper.max_concurrency,
+            result_path=sfn.JsonPath.DISCARD,
+        )
+        sweep_each.item_processor(self._task("SweepPartition", fns.sweep_partition, None))
+        return (
+            self._task("ListPartitions", fns.list_partitions, None)
+            .next(sweep_each)
+            .next(self._task("Reconcile", fns.reconcile, "$.reconcile"))
+            .next(self._task("CompleteHours", fns.complete_hours, "$.completeness"))
+        )

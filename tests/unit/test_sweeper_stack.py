@@ -1,0 +1,131 @@
+"""The sweeper construct: functions, state machine, schedule and least-privilege grants."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aws_cdk import App, Stack
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk.assertions import Capture, Match, Template
+
+from stacks.storage import StorageConstruct
+from stacks.sweeper import SweeperConstruct
+from tidemark.config import TidemarkConfig
+from tidemark.exceptions import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def build(config: TidemarkConfig, code_dir: Path = REPO / "functions" / "sweeper") -> Stack:
+    stack = Stack(App(), "Test")
+    storage = StorageConstruct(stack, "Storage", config=config)
+    layer = lambda_.LayerVersion(stack, "Layer", code=lambda_.Code.from_asset(str(REPO / "layers" / "core")))
+    SweeperConstruct(
+        stack,
+        "Sweeper",
+        config=config,
+        code_dir=code_dir,
+        layer=layer,
+        bucket=storage.bucket,
+        ledger_table=storage.ledger_table,
+        environment={"TIDEMARK_STAGING_ROOT": "/mnt/staging"},
+    )
+    return stack
+
+
+@pytest.fixture(scope="module")
+def template(example_config: TidemarkConfig) -> Template:
+    return Template.from_stack(build(example_config))
+
+
+def test_one_function_per_step_from_the_sweeper_code(template: Template) -> None:
+    functions = template.find_resources("AWS::Lambda::Function")
+    handlers = sorted(fn["Properties"]["Handler"] for fn in functions.values())
+    assert handlers == [
+        "handler.complete_hours",
+        "handler.list_partitions",
+        "handler.reconcile",
+        "handler.sweep_partition",
+    ]
+    template.has_resource_properties(
+        "AWS::Lambda::Function",
+        {
+            "Handler": "handler.sweep_partition",
+            "Runtime": "python3.11",
+            "Timeout": 300,  # never longer than one sweeper interval
+            "Environment": {"Variables": Match.object_like({"TIDEMARK_STAGING_ROOT": "/mnt/staging"})},
+        },
+    )
+
+
+def test_state_machine_sweeps_each_partition_then_reconciles_then_completes_hours(template: Template) -> None:
+    definition = Capture()
+    template.has_resource_properties("AWS::StepFunctions::StateMachine", {"DefinitionString": definition})
+    text = "".join(part if isinstance(part, str) else "<arn>" for part in definition.as_object()["Fn::Join"][1])
+    states = json.loads(text)
+    assert states["StartAt"] == "ListPartitions"
+    order = ["ListPartitions", "SweepEachPartition", "Reconcile", "CompleteHours"]
+    assert [states["States"][name].get("Next") for name in order] == [*order[1:], None]
+    assert states["States"]["CompleteHours"]["End"] is True
+    each = states["States"]["SweepEachPartition"]
+    assert (each["Type"], each["ItemsPath"], each["MaxConcurrency"], each["ResultPath"]) == (
+        "Map",
+        "$.partitions",
+        8,
+        None,
+    )
+    sweep = each["ItemProcessor"]["States"]["SweepPartition"]
+    assert any(retry["ErrorEquals"] == ["States.TaskFailed"] for retry in sweep["Retry"])
+
+
+def test_schedule_runs_the_state_machine_every_interval(template: Template) -> None:
+    machine = Capture()
+    template.has_resource_properties(
+        "AWS::Events::Rule",
+        {"ScheduleExpression": "rate(5 minutes)", "Targets": [Match.object_like({"Arn": {"Ref": machine}})]},
+    )
+    assert machine.as_string() in template.find_resources("AWS::StepFunctions::StateMachine")
+
+
+def statements_of(template: Template, handler: str) -> list[dict[str, Any]]:
+    functions = template.find_resources("AWS::Lambda::Function")
+    (role,) = [
+        fn["Properties"]["Role"]["Fn::GetAtt"][0] for fn in functions.values() if fn["Properties"]["Handler"] == handler
+    ]
+    policies = template.find_resources("AWS::IAM::Policy")
+    return [
+        statement
+        for policy in policies.values()
+        if {"Ref": role} in policy["Properties"]["Roles"]
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+    ]
+
+
+def actions(statements: list[dict[str, Any]]) -> set[str]:
+    found: set[str] = set()
+    for statement in statements:
+        action = statement["Action"]
+        found.update([action] if isinstance(action, str) else action)
+    return found
+
+
+def test_reconciliation_can_read_but_never_write_or_delete_objects(template: Template) -> None:
+    granted = actions(statements_of(template, "handler.reconcile"))
+    assert "s3:GetObject*" in granted and "s3:List*" in granted
+    assert not {a for a in granted if a.startswith("s3:") and ("Put" in a or "Delete" in a)}
+    assert "*" not in granted
+
+
+def test_complete_hours_writes_only_under_the_manifests_prefix(template: Template) -> None:
+    puts = [s for s in statements_of(template, "handler.complete_hours") if "s3:PutObject" in actions([s])]
+    assert len(puts) == 1
+    resource = json.dumps(puts[0]["Resource"])
+    assert "/manifests/*" in resource
+
+
+def test_a_code_directory_without_a_handler_is_refused(example_config: TidemarkConfig, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="has no handler.py"):
+        build(example_config, code_dir=tmp_path)
