@@ -127,5 +127,5 @@ def test_complete_hours_writes_only_under_the_manifests_prefix(template: Templat
 
 
 def test_a_code_directory_without_a_handler_is_refused(example_config: TidemarkConfig, tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="has no handler.py"):
+    with pytest.raises(ConfigError, match=r"has no handler\.py"):
         build(example_config, code_dir=tmp_path)
