@@ -118,6 +118,20 @@ def test_demo_with_chaos_is_exactly_once_against_what_the_broker_holds(kafka_boo
     config = load_config(REPO / "config" / "tidemark.yaml")
     assert_objects_describe_themselves(archive, config)
 
+    # The sweeper ran: nothing to reconcile, and every hour it called complete has a manifest
+    # listing exactly the hour's objects in the ledger.
+    sweeper = report["sweeper"]
+    assert sweeper["reconcile"]["findings"] == {} and sweeper["reconcile"]["objects_checked"] > 0
+    completed = sweeper["completeness"]["completed"]
+    assert completed and len(completed) == len(sweeper["completeness"]["manifests"])
+    runtime = archive.runtime(config)
+    for name, key in zip(completed, sweeper["completeness"]["manifests"], strict=True):
+        hour = name.split("/", 1)[1]
+        manifest = json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+        assert sorted(o["key"] for o in manifest["objects"]) == sorted(
+            o.key for o in runtime.ledger.committed_objects("orders", hour)
+        )
+
 
 def listening(address: str) -> bool:
     host, port = address.removeprefix("http://").rsplit(":", 1)

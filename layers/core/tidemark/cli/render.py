@@ -90,6 +90,19 @@ def render_result(console: Console, result: DemoResult) -> None:
             f"chaos: {chaos['crashes']} processes killed ({points}); {chaos['not_reached']} armed but finished; "
             f"{chaos['lost_commits']} commits lost"
         )
+    sweeper = data["sweeper"]
+    completeness = sweeper["completeness"]
+    findings = sweeper["reconcile"]["findings"]
+    console.print(
+        f"sweeper: {sweeper['partitions']} partitions swept ({sweeper['flushed']} objects flushed, "
+        f"{sweeper['garbage_deleted']} orphan segments removed, {sweeper['directories_removed']} staging "
+        f"directories removed); reconciliation: {sweeper['reconcile']['objects_checked']} objects checked, "
+        f"{sum(findings.values())} findings {findings or ''}"
+    )
+    console.print(
+        f"hour completeness: {len(completeness['completed'])} hours complete with manifests, "
+        f"{completeness['waiting']} waiting for every partition's event time to pass their end + allowed lateness"
+    )
     if data["staging_segments_left"]:
         console.print(
             f"staging: {data['staging_segments_left']} orphaned segment(s) of killed processes, never accepted by "

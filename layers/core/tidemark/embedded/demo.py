@@ -5,7 +5,8 @@
         ▼                                             │
     local event source mapping ──invoke──▶ archiver handler (functions/archiver) ──▶ S3 + ledger
         (chaos: children killed at crash points, lost commits)
-    drain every open buffer ─▶ read the archive back from S3 ─▶ report, PASS/FAIL
+    drain every open buffer ─▶ sweeper (functions/sweeper: sweep, reconcile, complete hours)
+    ─▶ read the archive back from S3 ─▶ report, PASS/FAIL
 
 Every step runs the same code as production; only the AWS endpoints are local.
 """
@@ -20,7 +21,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import IO, Any, Protocol
 
 import yaml
 from botocore.exceptions import BotoCoreError, ClientError
@@ -98,6 +99,7 @@ class DemoResult:
     chaos: ChaosLog | None
     late_produced: int
     drained_objects: int
+    sweeper: dict[str, Any]  # what each sweeper step returned
     ledger_only: list[str]  # committed in the ledger, missing from S3
     s3_only: list[str]  # in S3, unknown to the ledger
     staging_left: int  # segment files still on the staging directory
@@ -151,6 +153,7 @@ class DemoResult:
                 "function_errors": self.mapping.errors,
             },
             "drained_objects": self.drained_objects,
+            "sweeper": self.sweeper,
             "chaos": None if self.chaos is None else self.chaos.summary(),
             "timings_s": {name: round(seconds, 2) for name, seconds in self.timings_s.items()},
         }
@@ -280,6 +283,10 @@ class Demo:
             drained = self._drain(stream, expected, cold, chaos if options.chaos else None)
             mark = self._lap("drain", mark)
 
+            self.ui.step("running the sweeper: sweep every partition, reconcile, complete event hours")
+            sweeper = run_sweeper(options.project_dir, warm_log)
+            mark = self._lap("sweeper", mark)
+
             self.ui.step("reading the archive back from S3 and checking it")
             report = verify_archive(
                 aws.s3(),
@@ -309,6 +316,7 @@ class Demo:
                 chaos=chaos.log if options.chaos else None,
                 late_produced=sum(order.late for order in orders),
                 drained_objects=drained,
+                sweeper=sweeper,
                 ledger_only=ledger_only,
                 s3_only=s3_only,
                 staging_left=sum(1 for _ in aws.staging_root.rglob("*.seg")),
@@ -376,6 +384,29 @@ class Demo:
         for partition in partitions:
             drained += len(runtime.writer(stream, partition).drain().flushes)
         return drained
+
+
+def run_sweeper(project_dir: Path, log: IO[str]) -> dict[str, Any]:
+    """The sweeper state machine's steps, in its order, through the real sweeper handlers."""
+    code = project_dir / "functions" / "sweeper"
+
+    def step(name: str, event: dict[str, Any]) -> Any:
+        result = InProcessInvoker(HandlerRef(code, f"handler.{name}"), log).invoke(event)
+        if not result.ok:
+            raise DemoError(f"sweeper step {name} failed: {result.error}")
+        return result.response
+
+    listed = step("list_partitions", {})
+    swept = [step("sweep_partition", item) for item in listed["partitions"]]
+    return {
+        "partitions": len(swept),
+        "flushed": sum(sum(item["flushed"].values()) for item in swept),
+        "resumed": sum(item["resumed"] for item in swept),
+        "garbage_deleted": sum(item["garbage_deleted"] for item in swept),
+        "directories_removed": sum(item["directory_removed"] for item in swept),
+        "reconcile": step("reconcile", listed),
+        "completeness": step("complete_hours", listed),
+    }
 
 
 def _done(committed: Mapping[int, int], ends: Mapping[int, int]) -> int:
