@@ -3,8 +3,11 @@
     ListPartitions ──▶ Map (per partition, max_concurrency) SweepPartition ──▶ Reconcile ──▶ CompleteHours
 
 Each step is a Lambda function from ``functions/sweeper`` (one code asset, one handler each) over
-the core layer. Every step is idempotent; a failed sweep of one partition is retried and then
-fails the execution (the next scheduled run starts over), never the other partitions' work.
+the core layer. Every step is idempotent. A partition whose sweep keeps failing (after retries)
+is caught and recorded in its iteration's output, so it never stops the other partitions, the
+reconciliation or the completeness step; a failing reconciliation does not stop completeness.
+The failures surface as Lambda errors (and alarms on them). Executions are limited to one
+interval, so consecutive runs do not pile up.
 """
 
 from __future__ import annotations
@@ -26,6 +29,16 @@ from constructs import Construct
 
 from tidemark.config import TidemarkConfig
 from tidemark.exceptions import ConfigError
+
+#: what the sweeper needs of the ledger table: items by key, conditional writes and transactions
+#: (which IAM authorises per underlying action) and queries -- no Scan, no DeleteItem, no batches
+LEDGER_ACTIONS = (
+    "dynamodb:GetItem",
+    "dynamodb:PutItem",
+    "dynamodb:UpdateItem",
+    "dynamodb:ConditionCheckItem",
+    "dynamodb:Query",
+)
 
 #: handler function name in functions/sweeper/handler.py for each step
 STEPS = {
@@ -89,27 +102,31 @@ class SweeperConstruct(Construct):
                 log_group=logs.LogGroup(self, f"{step}Logs", retention=logs.RetentionDays.ONE_MONTH),
             )
 
-        # A partition's sweep may upload large objects; it must still end well within one interval.
-        sweep_timeout = Duration.seconds(int(min(interval.total_seconds(), 900)))
+        # A step must end well within one interval (and Lambda's 15 minutes).
+        sweep_timeout = Duration.seconds(int(min(interval.total_seconds() - 30, 900)))
         self.functions = SweeperFunctions(
             list_partitions=function("ListPartitions", Duration.minutes(1)),
             sweep_partition=function("SweepPartition", sweep_timeout),
             reconcile=function("Reconcile", sweep_timeout),
             complete_hours=function("CompleteHours", sweep_timeout),
         )
-        for fn in (self.functions.list_partitions, self.functions.sweep_partition, self.functions.complete_hours):
-            ledger_table.grant_read_write_data(fn)
-        ledger_table.grant_read_write_data(self.functions.reconcile)  # records reconciled hours
-        bucket.grant_read_write(self.functions.sweep_partition)  # uploads idle and resumed flushes
+        for fn in (
+            self.functions.list_partitions,  # registers partitions
+            self.functions.sweep_partition,  # the writer's seal / commit transitions
+            self.functions.reconcile,  # records reconciled hours
+            self.functions.complete_hours,  # records manifests
+        ):
+            ledger_table.grant(fn, *LEDGER_ACTIONS)
+        bucket.grant_read(self.functions.sweep_partition)
+        bucket.grant_put(self.functions.sweep_partition)  # uploads idle and resumed flushes; never deletes
         bucket.grant_read(self.functions.reconcile)  # lists and heads; never writes or deletes
-        bucket.grant_read(self.functions.complete_hours)
         bucket.grant_put(self.functions.complete_hours, f"{config.sweeper.manifests_prefix}/*")
 
         self.state_machine = sfn.StateMachine(
             self,
             "StateMachine",
             definition_body=sfn.DefinitionBody.from_chainable(self._definition(config)),
-            timeout=Duration.minutes(max(int(interval.total_seconds() // 60), 15)),
+            timeout=Duration.seconds(int(interval.total_seconds())),
             tracing_enabled=True,
             logs=sfn.LogOptions(
                 destination=logs.LogGroup(self, "Executions", retention=logs.RetentionDays.ONE_MONTH),
@@ -135,7 +152,7 @@ class SweeperConstruct(Construct):
             result_path=result_path,
             retry_on_service_exceptions=True,
         )
-        task.add_retry(errors=["States.TaskFailed"], max_attempts=2, interval=Duration.seconds(5), backoff_rate=2)
+        task.add_retry(errors=["States.TaskFailed"], max_attempts=2, interval=Duration.seconds(2), backoff_rate=2)
         return task
 
     def _definition(self, config: TidemarkConfig) -> sfn.IChainable:
@@ -148,10 +165,10 @@ class SweeperConstruct(Construct):
             max_concurrency=config.sweeper.max_concurrency,
             result_path=sfn.JsonPath.DISCARD,
         )
-        sweep_each.item_processor(self._task("SweepPartition", fns.sweep_partition, None))
-        return (
-            self._task("ListPartitions", fns.list_partitions, None)
-            .next(sweep_each)
-            .next(self._task("Reconcile", fns.reconcile, "$.reconcile"))
-            .next(self._task("CompleteHours", fns.complete_hours, "$.completeness"))
-        )
+        sweep = self._task("SweepPartition", fns.sweep_partition, None)
+        sweep.add_catch(sfn.Pass(self, "SweepFailed", state_name="SweepFailed"), result_path="$.error")
+        sweep_each.item_processor(sweep)
+        complete = self._task("CompleteHours", fns.complete_hours, "$.completeness")
+        reconcile = self._task("Reconcile", fns.reconcile, "$.reconcile")
+        reconcile.add_catch(complete, result_path="$.reconcile_error")
+        return self._task("ListPartitions", fns.list_partitions, None).next(sweep_each).next(reconcile).next(complete)

@@ -45,3 +45,25 @@ def test_every_commit_counts_in_its_hour_mark_and_consumers_record_conditionally
         mark.commits,
     )
     assert [m.hour for m in ledger.hour_marks("orders", since_hour="2026-11-21T09")] == []
+
+
+def test_recording_an_object_twice_is_a_double_commit_and_changes_nothing(archive):
+    import pytest
+
+    from tidemark.exceptions import DoubleCommitError
+
+    config = small_config(max_records=20)
+    runtime = archive.runtime(config)
+    orders = make_orders(partitions=1, per_partition=30, hours=1, bad_share=0.0, late_share=0.0)
+    Archiver(runtime).handle(msk_event(orders.all_records()))
+    ledger = runtime.ledger
+    (committed, *_rest) = ledger.committed_objects("orders", "2026-11-21T08")
+    before = {mark.hour: mark.commits for mark in ledger.hour_marks("orders")}
+    state = ledger.load("orders", 0)
+    successor = replace(state, version=state.version + 1)
+
+    with pytest.raises(DoubleCommitError, match="already recorded"):
+        ledger.commit(successor, state, committed)
+
+    assert ledger.load("orders", 0).version == state.version  # the transaction wrote nothing
+    assert {mark.hour: mark.commits for mark in ledger.hour_marks("orders")} == before

@@ -3,6 +3,7 @@ their grace period, directory cleanup, reconciliation findings, hour completenes
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import orjson
@@ -10,9 +11,10 @@ import pytest
 
 from tests.support.events import msk_event
 from tests.support.harness import small_config, staged_files
-from tests.support.workload import HOUR_MS, batches, make_orders
+from tests.support.workload import BASE_MS, HOUR_MS, batches, make_orders
 from tidemark.archiver import Archiver
 from tidemark.buffers import BufferKey
+from tidemark.clock import ManualClock
 from tidemark.staging.frames import RAW, encode_frame
 from tidemark.sweeper.completeness import CompletenessTracker, manifest_key
 from tidemark.sweeper.discovery import discover_all
@@ -134,12 +136,16 @@ def complete_by_rule(delivered: dict[int, list], lateness_ms: int = HOUR_MS) -> 
     return sorted(f"orders/{hour}" for hour, end in ends.items() if end + lateness_ms <= low)
 
 
-def read_manifest(archive, hour):
-    key = manifest_key("manifests", "orders", hour)
-    return orjson.loads(archive.s3.get_object(Bucket=archive.bucket, Key=key)["Body"].read())
+def read_manifest(archive, runtime, hour):
+    """The manifest the ledger's hour mark names (the current one)."""
+    mark = next(m for m in runtime.ledger.hour_marks("orders") if m.hour == hour)
+    assert mark.manifest_key == manifest_key("manifests", "orders", hour, mark.manifest_commits)
+    return orjson.loads(archive.s3.get_object(Bucket=archive.bucket, Key=mark.manifest_key)["Body"].read())
 
 
 def test_hours_complete_when_every_partition_moved_past_them_and_late_records_reopen_them(archive):
+    # Processing time after all the event times (a watermark never runs ahead of processing time).
+    archive = replace(archive, clock=ManualClock(BASE_MS + 4 * HOUR_MS))
     config = small_config(max_records=25)
     runtime = archive.runtime(config)
     archiver = Archiver(runtime)
@@ -160,7 +166,7 @@ def test_hours_complete_when_every_partition_moved_past_them_and_late_records_re
     assert sorted(first.completed + second.completed) == complete_by_rule(delivered)
     assert "orders/2026-11-21T08" in second.completed
     assert "orders/2026-11-21T10" in second.waiting  # needs events at 12:00 (end 11:00 + 1h)
-    manifest = read_manifest(archive, "2026-11-21T08")
+    manifest = read_manifest(archive, runtime, "2026-11-21T08")
     committed = runtime.ledger.committed_objects("orders", "2026-11-21T08")
     assert [o["key"] for o in manifest["objects"]] == sorted(o.key for o in committed)
     assert (
@@ -180,7 +186,7 @@ def test_hours_complete_when_every_partition_moved_past_them_and_late_records_re
     archive.clock.advance(minutes=16)
     third = complete(runtime, archive.clock.now_ms())
     assert third.reopened == ["orders/2026-11-21T08"]
-    manifest = read_manifest(archive, "2026-11-21T08")
+    manifest = read_manifest(archive, runtime, "2026-11-21T08")
     assert manifest["commits"] == len(committed) + 1
     assert manifest["records"]["raw"] == sum(o.records for o in committed) + 1
     mark = next(m for m in runtime.ledger.hour_marks("orders") if m.hour == "2026-11-21T08")
@@ -197,3 +203,39 @@ def test_an_idle_partition_does_not_hold_hours_back_forever(archive):
     assert complete(runtime, archive.clock.now_ms()).completed == []
     archive.clock.advance(ms=2 * HOUR_MS)  # past the hours' end + lateness, and idle that long
     assert complete(runtime, archive.clock.now_ms()).completed == ["orders/2026-11-21T07", "orders/2026-11-21T08"]
+
+
+def test_a_future_dated_record_does_not_pin_the_watermark_ahead_of_processing_time(archive):
+    config = small_config(max_records=25)
+    runtime = archive.runtime(config)
+    orders = make_orders(partitions=1, per_partition=20, hours=1, late_share=0.0, bad_share=0.0)
+    future = orders.records[0][-1]._replace(
+        offset=100,
+        value=orjson.dumps({"order_id": "f", "price": 1, "quantity": 1, "created_at": "2031-01-01T00:00:00Z"}),
+    )
+    Archiver(runtime).handle(msk_event([*orders.records[0], future]))
+    state = runtime.ledger.load("orders", 0)
+    assert state.watermark_ms == archive.clock.now_ms() + 5 * 60_000  # capped, not 2031
+
+
+def test_a_quarantined_flush_keeps_its_hour_incomplete(archive):
+    config = small_config(max_records=25)
+    runtime = archive.runtime(config)
+    orders = make_orders(partitions=2, per_partition=12, hours=1, late_share=0.0, bad_share=0.0)
+    Archiver(runtime).handle(msk_event(orders.all_records()))  # below max_records: stays OPEN
+    buffer = runtime.ledger.load("orders", 0).buffers["raw/2026-11-21T08"]
+    segment = archive.staging_root / "orders" / "p0" / buffer.segments[0].name
+    data = bytearray(segment.read_bytes())
+    data[-3] ^= 0xFF  # storage damage: the frame's checksum no longer matches
+    segment.write_bytes(bytes(data))
+    archive.clock.advance(minutes=16)
+    sweep_partition(runtime, "orders", 0)  # max age: sealed, then quarantined instead of uploaded
+    sweep_partition(runtime, "orders", 1)  # partition 1's part of the hour is committed
+    state = runtime.ledger.load("orders", 0)
+    assert [held.flush.buffer.key.hour for held in state.quarantined.values()] == ["2026-11-21T08"]
+
+    archive.clock.advance(ms=3 * HOUR_MS)  # long past the hour, and idle
+    report = CompletenessTracker(runtime).run(archive.clock.now_ms())
+
+    assert "orders/2026-11-21T08" not in report.completed
+    assert report.waiting["orders/2026-11-21T08"] == "partition 0 still stages the hour"

@@ -182,7 +182,9 @@ def test_an_orphan_segment_is_removed_only_after_the_grace_period(sweeper):
 
 def test_reconciliation_flags_an_object_deleted_behind_its_back(sweeper):
     archive, run = sweeper
-    orders = make_orders(partitions=1, per_partition=60, hours=1)
+    # Event times an hour ago: inside the reconciliation lookback, whatever day the test runs.
+    hour_ago = (real_now_ms() // 3_600_000 - 1) * 3_600_000
+    orders = make_orders(partitions=1, per_partition=60, hours=1, base_ms=hour_ago)
     Archiver(archive.runtime(CONFIG)).handle(msk_event(orders.all_records()))
     assert run()["reconcile"]["findings"] == {}
     keys = [o["Key"] for o in archive.s3.list_objects_v2(Bucket=archive.bucket, Prefix="raw/")["Contents"]]
@@ -194,3 +196,29 @@ def test_reconciliation_flags_an_object_deleted_behind_its_back(sweeper):
     assert [d["key"] for d in reconcile["details"]] == [keys[0]]
     remaining = {o["Key"] for o in archive.s3.list_objects_v2(Bucket=archive.bucket, Prefix="raw/")["Contents"]}
     assert remaining == set(keys[1:])  # the sweeper reports; it never deletes or re-creates
+
+
+def test_a_partition_that_keeps_failing_does_not_stop_the_others_or_the_later_steps(sweeper, proxy, synthesized):
+    archive, run = sweeper
+    orders = make_orders(partitions=3, per_partition=30, hours=1)
+    Archiver(archive.runtime(CONFIG)).handle(msk_event(orders.all_records()))
+    (sweep_name,) = [name for name, handler in synthesized.handlers.items() if handler == "handler.sweep_partition"]
+    real_sweep = proxy.functions[sweep_name]
+
+    def broken_for_partition_1(event, context):
+        if event["partition"] == 1:
+            raise OSError("EFS went away")
+        return real_sweep(event, context)
+
+    proxy.functions[sweep_name] = broken_for_partition_1
+
+    output = run()
+
+    attempts = [event["partition"] for name, event in proxy.invocations if name == sweep_name]
+    assert attempts.count(1) == 3  # the first try and two retries
+    swept = {
+        key.split("+")[1]
+        for key in (o["Key"] for o in archive.s3.list_objects_v2(Bucket=archive.bucket, Prefix="raw/")["Contents"])
+    }
+    assert swept == {"0", "2"}  # the other partitions were flushed
+    assert "reconcile" in output and "completeness" in output  # and the later steps ran

@@ -42,6 +42,7 @@ def make_orders(
     seed: int = 7,
     topic: str = "orders",
     start_offset: int = 0,
+    base_ms: int = BASE_MS,
 ) -> Workload:
     rng = random.Random(seed)
     records: dict[int, list[Record]] = {}
@@ -51,7 +52,7 @@ def make_orders(
         batch: list[Record] = []
         for index in range(per_partition):
             offset = start_offset + index
-            produced_ms = BASE_MS + (span * index) // per_partition
+            produced_ms = base_ms + (span * index) // per_partition
             event_ms = produced_ms - rng.randint(0, 120_000)
             if rng.random() < late_share:
                 event_ms -= rng.randint(2, 6) * HOUR_MS  # hours late

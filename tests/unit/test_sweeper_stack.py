@@ -55,7 +55,7 @@ def test_one_function_per_step_from_the_sweeper_code(template: Template) -> None
         {
             "Handler": "handler.sweep_partition",
             "Runtime": "python3.11",
-            "Timeout": 300,  # never longer than one sweeper interval
+            "Timeout": 270,  # ends well within one sweeper interval (5 minutes)
             "Environment": {"Variables": Match.object_like({"TIDEMARK_STAGING_ROOT": "/mnt/staging"})},
         },
     )
@@ -79,6 +79,10 @@ def test_state_machine_sweeps_each_partition_then_reconciles_then_completes_hour
     )
     sweep = each["ItemProcessor"]["States"]["SweepPartition"]
     assert any(retry["ErrorEquals"] == ["States.TaskFailed"] for retry in sweep["Retry"])
+    # a partition that keeps failing is caught: it never stops the others or the later steps
+    assert sweep["Catch"] == [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "SweepFailed"}]
+    assert states["States"]["Reconcile"]["Catch"][0]["Next"] == "CompleteHours"
+    assert states["TimeoutSeconds"] == 300  # one interval: executions never pile up
 
 
 def test_schedule_runs_the_state_machine_every_interval(template: Template) -> None:
@@ -117,6 +121,17 @@ def test_reconciliation_can_read_but_never_write_or_delete_objects(template: Tem
     assert "s3:GetObject*" in granted and "s3:List*" in granted
     assert not {a for a in granted if a.startswith("s3:") and ("Put" in a or "Delete" in a)}
     assert "*" not in granted
+
+
+@pytest.mark.parametrize(
+    "handler",
+    ["handler.list_partitions", "handler.sweep_partition", "handler.reconcile", "handler.complete_hours"],
+)
+def test_no_step_can_delete_objects_or_ledger_items_or_scan(template: Template, handler: str) -> None:
+    granted = actions(statements_of(template, handler))
+    assert not {a for a in granted if "Delete" in a}, granted
+    assert not {"dynamodb:Scan", "dynamodb:BatchWriteItem", "*"} & granted
+    assert {"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Query"} <= granted
 
 
 def test_complete_hours_writes_only_under_the_manifests_prefix(template: Template) -> None:

@@ -173,10 +173,14 @@ class HourBucketer:
 
 
 def hour_end_ms(label: str, timezone: str = "UTC") -> int:
-    """Epoch ms at which the event hour ``label`` (local to ``timezone``) ends. For the repeated
-    hour of a DST fall-back the later occurrence counts, so an hour is never ended too early."""
-    start = datetime.strptime(label, "%Y-%m-%dT%H").replace(tzinfo=ZoneInfo(timezone), fold=1)
-    return int(start.timestamp() * 1000) + _HOUR_MS
+    """Epoch ms at which the event hour ``label`` (local to ``timezone``) ends: the later of one
+    hour after its (last) start and the start of the next label, so a repeated hour of a DST
+    fall-back -- also the 30-minute ones -- is never ended too early."""
+    local = datetime.strptime(label, "%Y-%m-%dT%H")
+    zone = ZoneInfo(timezone)
+    last_start = local.replace(tzinfo=zone, fold=1).timestamp()
+    next_start = (local + timedelta(hours=1)).replace(tzinfo=zone, fold=1).timestamp()
+    return int(max(last_start + 3600, next_start) * 1000)
 
 
 def hour_path(label: str) -> str:

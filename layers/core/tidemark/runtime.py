@@ -76,6 +76,12 @@ class Runtime:
         missing = [name for name in (ENV_BUCKET, ENV_LEDGER_TABLE, ENV_STAGING_ROOT) if not env.get(name)]
         if missing:
             raise ConfigError(f"missing environment variable(s): {', '.join(missing)}")
+        if not os.path.isdir(env[ENV_STAGING_ROOT]):
+            # Never run on an unmounted staging file system: every accepted segment would look
+            # missing, and flushes would be quarantined instead of archived.
+            raise ConfigError(
+                f"{ENV_STAGING_ROOT}={env[ENV_STAGING_ROOT]} is not a directory: is the EFS access point mounted?"
+            )
         return cls.build(
             load_config_from_env(dict(env)),
             bucket=env[ENV_BUCKET],

@@ -15,6 +15,8 @@ object item that already exists becomes ``DoubleCommitError``.
 
 from __future__ import annotations
 
+import random
+import time
 import zlib
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -45,6 +47,7 @@ _SERIALIZER = TypeSerializer()
 _DESERIALIZER = TypeDeserializer()
 STATE_SK = "STATE"
 PARTITIONS_SK = "PARTITIONS"
+TRANSACTION_ATTEMPTS = 5  # on TransactionConflict only; a failed condition is never retried here
 
 
 def ledger_table_schema(table_name: str) -> dict[str, Any]:
@@ -310,37 +313,43 @@ class DynamoDBLedger(Ledger):
         }
         if values:
             state_put["ExpressionAttributeValues"] = values
-        try:
-            self._client.transact_write_items(
-                TransactItems=[
-                    {"Put": state_put},  # type: ignore[typeddict-item]
-                    {
-                        "Put": {
-                            "TableName": self.table_name,
-                            "Item": _serialize(object_to_item(committed)),
-                            "ConditionExpression": "attribute_not_exists(pk)",
-                        }
+        items: list[Any] = [
+            {"Put": state_put},
+            {
+                "Put": {
+                    "TableName": self.table_name,
+                    "Item": _serialize(object_to_item(committed)),
+                    "ConditionExpression": "attribute_not_exists(pk)",
+                }
+            },
+            {  # the hour has a new object: dirty for every consumer of the hour
+                "Update": {
+                    "TableName": self.table_name,
+                    "Key": {"pk": {"S": marks_pk(committed.stream)}, "sk": {"S": committed.hour}},
+                    "UpdateExpression": "ADD commits :one SET last_commit_ms = :now, #stream = :stream",
+                    "ExpressionAttributeNames": {"#stream": "stream"},
+                    "ExpressionAttributeValues": {
+                        ":one": {"N": "1"},
+                        ":now": {"N": str(committed.committed_ms)},
+                        ":stream": {"S": committed.stream},
                     },
-                    {  # the hour has a new object: dirty for every consumer of the hour
-                        "Update": {
-                            "TableName": self.table_name,
-                            "Key": {"pk": {"S": marks_pk(committed.stream)}, "sk": {"S": committed.hour}},
-                            "UpdateExpression": "ADD commits :one SET last_commit_ms = :now, #stream = :stream",
-                            "ExpressionAttributeNames": {"#stream": "stream"},
-                            "ExpressionAttributeValues": {
-                                ":one": {"N": "1"},
-                                ":now": {"N": str(committed.committed_ms)},
-                                ":stream": {"S": committed.stream},
-                            },
-                        }
-                    },
-                ]
-            )
-        except ClientError as exc:
-            if exc.response["Error"]["Code"] != "TransactionCanceledException":
-                raise
-            cancelled: list[dict[str, Any]] = exc.response.get("CancellationReasons", [])  # type: ignore[assignment]
-            reasons = [reason.get("Code") for reason in cancelled]
+                }
+            },
+        ]
+        for attempt in range(1, TRANSACTION_ATTEMPTS + 1):
+            try:
+                self._client.transact_write_items(TransactItems=items)
+                return
+            except ClientError as exc:
+                if exc.response["Error"]["Code"] != "TransactionCanceledException":
+                    raise
+                cancelled: list[dict[str, Any]] = exc.response.get("CancellationReasons", [])  # type: ignore[assignment]
+                reasons = [reason.get("Code") for reason in cancelled]
+            if "TransactionConflict" in reasons and attempt < TRANSACTION_ATTEMPTS:
+                # Another transaction touched one of the items (typically the hour's mark, which
+                # every partition's commit for that hour updates): back off with jitter, retry.
+                time.sleep(random.uniform(0.01, 0.05) * attempt)
+                continue
             fine = (None, "None")
             if (
                 len(reasons) == 3
@@ -348,12 +357,10 @@ class DynamoDBLedger(Ledger):
                 and reasons[1] == "ConditionalCheckFailed"
                 and reasons[2] in fine
             ):
-                raise DoubleCommitError(
-                    f"object {committed.key} is already recorded but flush was still sealed"
-                ) from None
+                raise DoubleCommitError(f"object {committed.key} is already recorded but flush was still sealed")
             raise LedgerConflictError(
                 f"{state.stream}/{state.partition}: commit of {committed.key} lost the version check ({reasons})"
-            ) from None
+            )
 
     def _query_objects(self, stream: str, hour: str) -> list[CommittedObject]:
         paginator = self._client.get_paginator("query")

@@ -233,9 +233,12 @@ class PartitionState:
     # -- queries ------------------------------------------------------------------------------
 
     def holds_hour(self, hour: str) -> bool:
-        """Whether anything of event hour ``hour`` is still staged (OPEN or SEALED, any kind)."""
-        return any(buffer.key.hour == hour for buffer in self.buffers.values()) or any(
-            flush.buffer.key.hour == hour for flush in self.sealed.values()
+        """Whether records of event hour ``hour`` are not (yet) in committed objects: OPEN, SEALED
+        or QUARANTINED (damaged, waiting for an operator), of either kind."""
+        return (
+            any(buffer.key.hour == hour for buffer in self.buffers.values())
+            or any(flush.buffer.key.hour == hour for flush in self.sealed.values())
+            or any(held.flush.buffer.key.hour == hour for held in self.quarantined.values())
         )
 
     @property

@@ -8,12 +8,13 @@ An hour of a stream is complete when, for every partition the sweeper knows of,
   staged) and has not accepted anything for ``allowed_lateness`` of processing time after the
   hour's end, so a quiet partition does not hold every hour back forever.
 
-The sweeper then writes ``<manifests_prefix>/<stream>/<yyyy>/<mm>/<dd>/<hh>/manifest.json``
+The sweeper then writes ``<manifests_prefix>/<stream>/<yyyy>/<mm>/<dd>/<hh>/manifest-<commits>.json``
 listing the hour's committed objects (keys, offsets, counts, digests) and records in the ledger
-that the manifest covers ``commits`` objects -- conditionally, so a commit racing the sweep
+that this manifest covers ``commits`` objects -- conditionally, so a commit racing the sweep
 leaves the hour incomplete until the next one. A late record committed afterwards bumps the
 hour's ``commits``: the hour is *reopened* (dirty) and the next sweep writes a new manifest.
-Readers trust a manifest whose ``commits`` equals the ledger's ``manifest_commits``.
+Readers take the manifest the ledger's hour mark names (``manifest_key``); older ones stay as
+history and are never rewritten.
 """
 
 from __future__ import annotations
@@ -49,8 +50,10 @@ class CompletenessReport:
         }
 
 
-def manifest_key(prefix: str, stream: str, hour: str) -> str:
-    return f"{prefix}/{stream}/{hour_path(hour)}/manifest.json"
+def manifest_key(prefix: str, stream: str, hour: str, commits: int) -> str:
+    """One immutable manifest per ``commits`` value: a slower, overlapping sweep can never
+    overwrite a newer manifest with an older object list."""
+    return f"{prefix}/{stream}/{hour_path(hour)}/manifest-{commits:08d}.json"
 
 
 def why_not_past(hour_end: int, lateness: int, state: PartitionState, now_ms: int) -> str | None:
@@ -134,7 +137,7 @@ class CompletenessTracker:
         report: CompletenessReport,
     ) -> None:
         objects = self.runtime.ledger.committed_objects(stream.name, mark.hour)
-        key = manifest_key(self.runtime.config.sweeper.manifests_prefix, stream.name, mark.hour)
+        key = manifest_key(self.runtime.config.sweeper.manifests_prefix, stream.name, mark.hour, mark.commits)
         self.runtime.objects.client.put_object(
             Bucket=self.runtime.objects.bucket,
             Key=key,

@@ -6,7 +6,12 @@ commits not yet checked in full):
 * every object the ledger committed exists in S3 with the recorded size (listing), and -- the
   first time an hour's commits are checked -- the recorded SHA-256 (``HEAD`` metadata);
 * no object exists under the stream's raw or error prefix for that hour that the ledger does not
-  know, except the object of a flush that is SEALED right now (uploaded, commit in flight).
+  know, except the object of a flush that is SEALED right now (uploaded, commit in flight); and
+  none directly under the stream's prefixes, outside every hour folder.
+
+What it does not do, for cost: re-list hours older than the lookback once their commits were
+checked, or re-read checksums of objects already checked (a same-size overwrite inside the
+lookback shows up only through S3's own versioning and access logs).
 
 Findings are logged and counted; nothing in S3 is ever deleted or rewritten. The order of reads
 (list S3, read the ledger's objects; only for keys the ledger does not know: the SEALED flushes,
@@ -104,7 +109,18 @@ class Reconciler:
         unchecked = {hour for hour, mark in marks.items() if mark.reconciled_commits < mark.commits}
         return sorted(window | unchecked), marks
 
+    def _strays_at_the_root(self, stream: str, report: ReconcileReport) -> None:
+        """Objects directly under ``<prefix>/<stream>/`` (outside any hour folder): never Tidemark's."""
+        for prefix in (self.archive.raw_prefix, self.archive.errors_prefix):
+            pages = self.s3.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=f"{prefix}/{stream}/", Delimiter="/"
+            )
+            for page in pages:
+                for item in page.get("Contents", []):
+                    report.findings.append(Finding(UNKNOWN, stream, "", item["Key"], f"{item['Size']} bytes"))
+
     def reconcile_stream(self, stream: str, now_ms: int, report: ReconcileReport) -> None:
+        self._strays_at_the_root(stream, report)
         hours, marks = self.hours_to_check(stream, now_ms)
         partitions = [ref.partition for ref in discover(self.runtime, stream)]
         for hour in hours:

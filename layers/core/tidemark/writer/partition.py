@@ -53,6 +53,8 @@ DRAIN = "drain"  # an operator (or the demo's last step) asked for every open bu
 # A warm container lists the staging directory (a network round trip on EFS) at most this often
 # per partition; a cold start and every maintenance run always do.
 GC_INTERVAL_MS = 60_000
+# How far ahead of processing time an event time may move the partition's watermark.
+MAX_EVENT_LEAD_MS = 5 * 60_000
 
 
 class PartitionWriter:
@@ -178,7 +180,9 @@ class PartitionWriter:
                 continue
             now = self._clock.now_ms()
             written = self._write_segments(fresh, now)
-            latest_event = max(item.event_ms for _offset, item in fresh)
+            # A record dated in the future (a producer's clock, a bad field) must not pin the
+            # partition's watermark ahead of time: it counts as at most slightly ahead of now.
+            latest_event = min(max(item.event_ms for _offset, item in fresh), now + MAX_EVENT_LEAD_MS)
             accepted = state.accept(written, fresh[-1][0], now, self.stream.spec, latest_event)
             try:
                 state = self._remember(self._ledger.save(accepted, state))
