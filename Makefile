@@ -9,16 +9,21 @@ DEPS_HASH := $(shell cat pyproject.toml | sha1sum | cut -c1-12)
 STAMP := $(VENV)/.installed-$(DEPS_HASH)
 PYTEST_ARGS ?=
 
-.PHONY: install test unit integration e2e lint typecheck bench demo clean
+
+.PHONY: java install test unit integration e2e lint typecheck bench demo clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required, found " + sys.version' 
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,cdk,demo]'
+	$(PY) -m pip install --quiet -e '.[dev,cdk,demo,spark]'
 	@rm -f $(VENV)/.installed-* && touch $@
 
-install: $(STAMP)
+# PySpark needs a JVM (Spark 3.5: Java 8, 11 or 17).
+java:
+	@command -v java >/dev/null || { echo "Java is missing: PySpark needs a JDK (e.g. 'apt-get install openjdk-17-jre-headless')"; exit 1; }
+
+install: $(STAMP) java
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -44,6 +45,32 @@ def example_config() -> TidemarkConfig:
 def moto_endpoint() -> Iterator[str]:
     with moto_server() as endpoint:
         yield endpoint
+
+
+@pytest.fixture(scope="session")
+def spark(moto_endpoint: str) -> Iterator[Any]:
+    """One local[2] SparkSession for the session. Its Python workers import the job modules and
+    reach moto through the environment they inherit at start-up."""
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    os.environ["AWS_ENDPOINT_URL"] = moto_endpoint
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # workers: this venv, with pyarrow and boto3
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("tidemark-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        yield session
+    finally:
+        session.stop()
+        os.environ.pop("AWS_ENDPOINT_URL", None)
 
 
 @pytest.fixture(scope="session")

@@ -58,6 +58,15 @@ class Ledger(ABC):
             mark, {"manifest_commits": mark.commits, "manifest_key": manifest_key, "completed_ms": now_ms}
         )
 
+    def record_aggregated(self, mark: HourMark) -> bool:
+        """The Spark job aggregated the hour's objects up to ``mark.commits``; ``False`` (the hour
+        stays dirty) if an object was committed since the job read the mark."""
+        return self._set_if_commits(mark, {"aggregated_commits": mark.commits})
+
+    def record_run(self, stream: str, run_id: str, finished_ms: int, report: dict[str, object]) -> None:
+        """Keep what a job run did (hours, object set, counts) next to the marks it consumed."""
+        self._put_run(stream, run_id, finished_ms, report)
+
     def record_reconciled(self, mark: HourMark) -> bool:
         """The hour's objects up to ``mark.commits`` were checked against S3 in full."""
         return self._set_if_commits(mark, {"reconciled_commits": mark.commits})
@@ -88,6 +97,9 @@ class Ledger(ABC):
 
     @abstractmethod
     def _add_partitions(self, stream: str, partitions: set[int]) -> None: ...
+
+    @abstractmethod
+    def _put_run(self, stream: str, run_id: str, finished_ms: int, report: dict[str, object]) -> None: ...
 
     @abstractmethod
     def _query_hour_marks(self, stream: str, since_hour: str) -> list[HourMark]: ...

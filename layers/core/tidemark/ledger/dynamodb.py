@@ -7,6 +7,7 @@ Keys (a single table, ``pk``/``sk`` strings):
 * hour mark: ``pk = HOURS#<stream>``, ``sk = <hour>`` (one item collection per stream, so the
   sweeper and the Spark job query a range of hours; see ``HourMark``)
 * partition registry: ``pk = STREAM#<stream>``, ``sk = PARTITIONS`` (a number set)
+* job runs: ``pk = RUNS#<stream>``, ``sk = <run id>`` (what an aggregation run read and wrote)
 
 Conditional writes are turned into domain errors: a lost version check becomes
 ``LedgerConflictError`` carrying the winning state (``ReturnValuesOnConditionCheckFailure``), an
@@ -250,6 +251,7 @@ def mark_from_item(item: dict[str, Any]) -> HourMark:
         manifest_key=item.get("manifest_key", ""),
         completed_ms=int(item.get("completed_ms", 0)),
         reconciled_commits=int(item.get("reconciled_commits", 0)),
+        aggregated_commits=int(item.get("aggregated_commits", 0)),
     )
 
 
@@ -390,6 +392,21 @@ class DynamoDBLedger(Ledger):
             UpdateExpression="ADD #partitions :new",
             ExpressionAttributeNames={"#partitions": "partitions"},  # a reserved word
             ExpressionAttributeValues={":new": {"NS": [str(p) for p in sorted(partitions)]}},
+        )
+
+    def _put_run(self, stream: str, run_id: str, finished_ms: int, report: dict[str, object]) -> None:
+        self._client.put_item(
+            TableName=self.table_name,
+            Item=_serialize(
+                {
+                    "pk": f"RUNS#{stream}",
+                    "sk": run_id,
+                    "stream": stream,
+                    "finished_ms": finished_ms,
+                    "report": orjson.dumps(report).decode(),
+                }
+            ),
+            ConditionExpression="attribute_not_exists(pk)",
         )
 
     def _query_hour_marks(self, stream: str, since_hour: str) -> list[HourMark]:

@@ -114,6 +114,12 @@ class HourMark:
     manifest_key: str = ""
     completed_ms: int = 0
     reconciled_commits: int = 0  # commits whose objects were checked against S3 in full
+    aggregated_commits: int = 0  # commits whose objects the Spark job aggregated
+
+    @property
+    def dirty(self) -> bool:
+        """New objects since the Spark job last aggregated the hour."""
+        return self.commits > self.aggregated_commits
 
     @property
     def complete(self) -> bool:

@@ -1,0 +1,1 @@
+"""PySpark jobs over the archive (run on EMR Serverless, or locally with ``local[*]``)."""

@@ -1,0 +1,72 @@
+"""Aggregate archived event hours into DynamoDB (the EMR Serverless job's entry point).
+
+    spark-submit jobs/aggregate.py --stream orders                  # the hours the ledger marks dirty
+    spark-submit jobs/aggregate.py --stream orders --hours 2026-11-21T00 2026-11-21T23   # a backfill range
+
+Settings come from the same environment as the Lambdas (``TIDEMARK_CONFIG[_JSON]``,
+``TIDEMARK_BUCKET``, ``TIDEMARK_LEDGER_TABLE``) plus ``TIDEMARK_AGGREGATES_TABLE``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from datetime import datetime, timedelta
+
+from pyspark.sql import SparkSession
+
+from jobs.aggregation.job import run_aggregation
+from jobs.aggregation.sink import AggregateSink
+from tidemark.config.loader import load_config_from_env
+from tidemark.exceptions import ConfigError
+from tidemark.ledger.dynamodb import DynamoDBLedger
+
+ENV_AGGREGATES_TABLE = "TIDEMARK_AGGREGATES_TABLE"
+
+
+def hour_range(first: str, last: str) -> list[str]:
+    """Every hour label from ``first`` to ``last`` inclusive."""
+    start, end = (datetime.strptime(label, "%Y-%m-%dT%H") for label in (first, last))
+    if end < start:
+        raise ConfigError(f"--hours: {last} is before {first}")
+    hours = []
+    while start <= end:
+        hours.append(start.strftime("%Y-%m-%dT%H"))
+        start += timedelta(hours=1)
+    return hours
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--stream", required=True, help="stream to aggregate (a name in the config)")
+    parser.add_argument("--hours", nargs=2, metavar=("FIRST", "LAST"), help="explicit hour range (backfill)")
+    parser.add_argument("--tasks", type=int, default=8, help="read tasks (objects are spread over them)")
+    args = parser.parse_args(argv)
+    config = load_config_from_env()
+    try:
+        stream = config.stream(args.stream)
+        bucket, ledger_table, aggregates = (
+            os.environ[name] for name in ("TIDEMARK_BUCKET", "TIDEMARK_LEDGER_TABLE", ENV_AGGREGATES_TABLE)
+        )
+    except KeyError as exc:
+        sys.exit(f"aggregate: missing {exc.args[0]}")
+    spark = SparkSession.builder.appName(f"tidemark-aggregate-{stream.name}").getOrCreate()
+    try:
+        report = run_aggregation(
+            spark,
+            stream,
+            ledger=DynamoDBLedger(ledger_table),
+            bucket=bucket,
+            sink=AggregateSink(aggregates),
+            hours=hour_range(*args.hours) if args.hours else None,
+            tasks=args.tasks,
+        )
+    finally:
+        spark.stop()
+    print(json.dumps(report.summary()))
+
+
+if __name__ == "__main__":
+    main()
