@@ -50,6 +50,7 @@ demo: install
 
 bench: install
 	$(PY) bench/handler.py
+	$(PY) bench/spark_aggregate.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache cdk.out .hypothesis

@@ -60,6 +60,7 @@ def spark(moto_endpoint: str) -> Iterator[Any]:
         SparkSession.builder.master("local[2]")
         .appName("tidemark-tests")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
