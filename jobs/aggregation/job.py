@@ -32,6 +32,7 @@ class RunReport:
     items_written: int = 0
     cleared: list[str] = field(default_factory=list)  # hours no longer dirty
     still_dirty: list[str] = field(default_factory=list)  # got new objects while the run ran
+    seconds: dict[str, float] = field(default_factory=dict)  # read, schema, aggregate, write
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -44,6 +45,7 @@ class RunReport:
             "items_written": self.items_written,
             "cleared": self.cleared,
             "still_dirty": self.still_dirty,
+            "seconds": {phase: round(value, 2) for phase, value in self.seconds.items()},
         }
 
 
@@ -71,19 +73,23 @@ def run_aggregation(
     )
     marks = plan(ledger, stream.name, hours)
     report.hours = [mark.hour for mark in marks]
-    objects = [
-        (item.key, item.hour)
-        for mark in marks
-        for item in ledger.committed_objects(stream.name, mark.hour)
-        if item.kind == "raw"
+    committed = [
+        item for mark in marks for item in ledger.committed_objects(stream.name, mark.hour) if item.kind == "raw"
     ]
+    objects = [(item.key, item.hour) for item in committed]
     report.objects = sorted(key for key, _hour in objects)
     if objects:
-        records = read_records(spark, objects, bucket, tasks).cache()
-        unique = dedupe(records).cache()
+        clock = time.monotonic()
+        unique = dedupe(read_records(spark, objects, bucket, tasks)).cache()
         report.records = unique.count()
-        report.duplicates = records.count() - report.records
+        # The ledger knows every object's record count: what the dedupe dropped needs no second pass.
+        report.duplicates = sum(item.records for item in committed) - report.records
+        report.seconds["read"] = time.monotonic() - clock
+        clock = time.monotonic()
         parsed = parse_values(unique, value_schema(spark, unique))
+        report.seconds["schema"] = time.monotonic() - clock
+        write_s = 0.0
+        clock = time.monotonic()
         for aggregation in stream.aggregations:
             rows = aggregate(parsed, aggregation).collect()
             by_hour: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = {hour: [] for hour in report.hours}
@@ -92,9 +98,12 @@ def run_aggregation(
                 group = {column: values[column] for column in aggregation.group_by}
                 metrics = {name: values[name] for name in aggregation.metrics}
                 by_hour.setdefault(values["hour"], []).append((group, metrics))
+            writing = time.monotonic()
             for hour, hour_rows in by_hour.items():
                 report.items_written += sink.replace_hour(stream.name, aggregation.name, hour, hour_rows, report.run_id)
-        records.unpersist()
+            write_s += time.monotonic() - writing
+        report.seconds["aggregate"] = time.monotonic() - clock - write_s
+        report.seconds["write"] = write_s
         unique.unpersist()
     for mark in marks:
         (report.cleared if ledger.record_aggregated(mark) else report.still_dirty).append(mark.hour)

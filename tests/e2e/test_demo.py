@@ -87,7 +87,7 @@ def test_demo_with_chaos_is_exactly_once_against_what_the_broker_holds(kafka_boo
         "--batch-size", "200", "--flush-records", "400",
         "--bootstrap-servers", kafka_bootstrap, "--endpoint-url", moto_endpoint,
         "--topic", topic, "--bucket", bucket, "--ledger-table", table,
-        "--workdir", tmp_path / "work", "--report-json", report_path,
+        "--workdir", tmp_path / "work", "--report-json", report_path, "--no-aggregate",
     )  # fmt: skip
 
     assert done.returncode == 0, done.stdout + done.stderr
@@ -158,6 +158,8 @@ def test_default_demo_starts_and_stops_its_own_broker_and_moto(tmp_path):
         "missing_event_time",
     }
     assert len(report["objects_per_hour"]) >= 4  # several event hours, late ones included
+    assert report["aggregation"]["counts_match"] == {"orders_by_product": True}  # Spark ran, counts check out
+    assert report["aggregation"]["run"]["records"] == report["verification"]["archived"]
     assert not listening(report["bootstrap_servers"]) and not listening(report["endpoint"])
     assert service_processes() == before
 

@@ -108,6 +108,26 @@ def render_result(console: Console, result: DemoResult) -> None:
             f"staging: {data['staging_segments_left']} orphaned segment(s) of killed processes, never accepted by "
             "the ledger; removed after archive.segment_grace"
         )
+    if data["aggregation"] is not None:
+        aggregated = data["aggregation"]
+        run = aggregated["run"]
+        sample_hour = aggregated["sample"][0]["hour"] if aggregated["sample"] else "-"
+        table = _table(
+            f"Aggregates in DynamoDB (Spark job: {len(run['hours'])} dirty hours, {run['records']} records, "
+            f"{run['duplicates']} duplicates dropped; top rows of hour {sample_hour})",
+            "aggregation",
+            "group",
+            "metrics",
+        )
+        for row in data["aggregation"]["sample"]:
+            group = ", ".join(f"{k}={v}" for k, v in row["group"].items()) or "all"
+            metrics = ", ".join(
+                f"{k}={v:,.0f}" if float(v).is_integer() else f"{k}={v:,.2f}" for k, v in row["metrics"].items()
+            )
+            table.add_row(row["aggregation"], group, metrics)
+        console.print(table)
+        matches = data["aggregation"]["counts_match"]
+        console.print(f"aggregate counts equal the produced records: {matches or 'no count(*) metric to check'}")
     console.print(
         f"ledger vs S3: {len(result.ledger_only)} committed but missing, {len(result.s3_only)} unknown to the ledger"
     )

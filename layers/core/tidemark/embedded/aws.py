@@ -41,15 +41,15 @@ class LocalAws:
     staging_root: Path
     spool_dir: Path
 
-    def _settings(self) -> dict[str, Any]:
+    def settings(self) -> dict[str, Any]:
         retries = Config(retries={"mode": "standard", "max_attempts": 3}, connect_timeout=5, read_timeout=60)
         return {"endpoint_url": self.endpoint, "region_name": REGION, "config": retries, **FAKE_CREDENTIALS}
 
     def s3(self) -> S3Client:
-        return boto3.client("s3", **self._settings())
+        return boto3.client("s3", **self.settings())
 
     def dynamodb(self) -> DynamoDBClient:
-        return boto3.client("dynamodb", **self._settings())
+        return boto3.client("dynamodb", **self.settings())
 
     def environment(self) -> dict[str, str]:
         """What a function running against this stack sees (the Lambda environment)."""

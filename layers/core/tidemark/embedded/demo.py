@@ -28,6 +28,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from tidemark.config.loader import ENV_JSON, parse_config
 from tidemark.config.model import StreamConfig, TidemarkConfig
+from tidemark.embedded.aggregation import run_demo_aggregation
 from tidemark.embedded.aws import LocalAws, local_aws
 from tidemark.embedded.broker import BrokerError, kafka_broker
 from tidemark.embedded.chaos import FLUSH_POINTS, Chaos, ChaosLog
@@ -80,6 +81,7 @@ class DemoOptions:
     batch_size: int | None = None  # default: the stream's source.batch_size
     batching_window_ms: int | None = None  # default: the stream's source.batching_window
     flush_records: int | None = None  # overrides flush.max_records so objects rotate during a short run
+    aggregate: bool = True  # end with the PySpark aggregation job (needs Java)
     chaos: bool = False
     crash_rate: float = 0.2
     lost_commit_rate: float = 0.03
@@ -100,6 +102,7 @@ class DemoResult:
     late_produced: int
     drained_objects: int
     sweeper: dict[str, Any]  # what each sweeper step returned
+    aggregation: dict[str, Any] | None  # the Spark job's run, and its results read back
     ledger_only: list[str]  # committed in the ledger, missing from S3
     s3_only: list[str]  # in S3, unknown to the ledger
     staging_left: int  # segment files still on the staging directory
@@ -113,6 +116,7 @@ class DemoResult:
             and report.archived + report.dead_lettered == report.produced
             and not self.ledger_only
             and not self.s3_only
+            and (self.aggregation is None or all(self.aggregation["counts_match"].values()))
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -154,6 +158,7 @@ class DemoResult:
             },
             "drained_objects": self.drained_objects,
             "sweeper": self.sweeper,
+            "aggregation": self.aggregation,
             "chaos": None if self.chaos is None else self.chaos.summary(),
             "timings_s": {name: round(seconds, 2) for name, seconds in self.timings_s.items()},
         }
@@ -302,7 +307,13 @@ class Demo:
             hours = {item.hour for item in expected if item.hour}
             hours |= run_hours(self._started_ms, time.time(), stream.event_time.timezone)
             ledger_only, s3_only = reconcile(aws, config, stream.name, hours)
-            self._lap("verify", mark)
+            mark = self._lap("verify", mark)
+
+            aggregation = None
+            if options.aggregate:
+                self.ui.step("aggregating the archive with PySpark (local[2]) into DynamoDB")
+                aggregation = run_demo_aggregation(aws, stream, expected)
+                self._lap("aggregate", mark)
             self.timings["total"] = time.monotonic() - self._started
             return DemoResult(
                 options=options,
@@ -317,6 +328,7 @@ class Demo:
                 late_produced=sum(order.late for order in orders),
                 drained_objects=drained,
                 sweeper=sweeper,
+                aggregation=aggregation,
                 ledger_only=ledger_only,
                 s3_only=s3_only,
                 staging_left=sum(1 for _ in aws.staging_root.rglob("*.seg")),
