@@ -14,8 +14,9 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from jobs.aggregation.reader import s3_client, value_schema
 from jobs.aggregation.sink import AggregateSink
-from jobs.aggregation.transforms import aggregate, dedupe, parse_values, read_records, value_schema
+from jobs.aggregation.transforms import aggregate, dedupe, duplicate_count, read_records
 from tidemark.config.model import StreamConfig
 from tidemark.ledger.base import Ledger
 from tidemark.ledger.model import HourMark
@@ -80,18 +81,20 @@ def run_aggregation(
     report.objects = sorted(key for key, _hour in objects)
     if objects:
         clock = time.monotonic()
-        unique = dedupe(read_records(spark, objects, bucket, tasks)).cache()
-        report.records = unique.count()
-        # The ledger knows every object's record count: what the dedupe dropped needs no second pass.
-        report.duplicates = sum(item.records for item in committed) - report.records
-        report.seconds["read"] = time.monotonic() - clock
-        clock = time.monotonic()
-        parsed = parse_values(unique, value_schema(spark, unique))
+        sample = s3_client().get_object(Bucket=bucket, Key=objects[-1][0])["Body"].read()
+        values = value_schema(sample)  # the latest object's values: the current shape of the data
         report.seconds["schema"] = time.monotonic() - clock
+        clock = time.monotonic()
+        records = read_records(spark, objects, bucket, tasks, values).cache()
+        total = records.count()
+        report.duplicates = duplicate_count(records)
+        unique = dedupe(records) if report.duplicates else records
+        report.records = total - report.duplicates
+        report.seconds["read"] = time.monotonic() - clock
         write_s = 0.0
         clock = time.monotonic()
         for aggregation in stream.aggregations:
-            rows = aggregate(parsed, aggregation).collect()
+            rows = aggregate(unique, aggregation).collect()
             by_hour: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = {hour: [] for hour in report.hours}
             for row in rows:
                 values = row.asDict()
@@ -104,7 +107,7 @@ def run_aggregation(
             write_s += time.monotonic() - writing
         report.seconds["aggregate"] = time.monotonic() - clock - write_s
         report.seconds["write"] = write_s
-        unique.unpersist()
+        records.unpersist()
     for mark in marks:
         (report.cleared if ledger.record_aggregated(mark) else report.still_dirty).append(mark.hour)
     if marks:

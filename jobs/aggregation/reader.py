@@ -5,31 +5,32 @@ inside ``mapInArrow`` tasks works the same against S3 on EMR Serverless and moto
 Spark 3.5 and 4. Each task gets a slice of the object list the ledger committed (never a prefix
 listing), downloads each object, and splits every JSON Lines envelope without parsing it: the
 archive renders envelopes from a fixed byte template (``tidemark.formats.jsonl``), so the value
-is the bytes between ``,"value":`` and the last ``,"headers":[``. Spark parses the values
-afterwards, in the JVM (``from_json``).
+is the bytes between ``,"value":`` and the last ``,"headers":[``. The values of an object are
+then parsed in one call to Arrow's (C++) JSON reader and conformed to the value schema the driver
+inferred from a sample object, so every task returns the same typed columns.
 """
 
 from __future__ import annotations
 
 import gzip
+import io
 import os
 import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+import orjson
 import pyarrow as pa
+import pyarrow.json as pa_json
 
 OBJECTS_SCHEMA = "key string, hour string"  # one row per object to read
-RECORDS_SCHEMA = "hour string, partition int, offset long, event_time string, value string"
-_ARROW_RECORDS = pa.schema(
-    [
-        ("hour", pa.string()),
-        ("partition", pa.int32()),
-        ("offset", pa.int64()),
-        ("event_time", pa.string()),
-        ("value", pa.string()),
-    ]
-)
+ENVELOPE_FIELDS = [
+    pa.field("hour", pa.string()),
+    pa.field("partition", pa.int32()),
+    pa.field("offset", pa.int64()),
+    pa.field("event_time", pa.string()),
+]
+_ENVELOPE_NAMES = {field.name for field in ENVELOPE_FIELDS}
 _HEAD = re.compile(
     rb'^\{"topic":"[A-Za-z0-9._-]*","partition":(\d+),"offset":(\d+),"timestamp":-?\d+,"event_time":"([^"]*)","key":'
 )
@@ -53,12 +54,12 @@ def split_envelope(line: bytes) -> tuple[int, int, str, bytes]:
     return int(head.group(1)), int(head.group(2)), head.group(3).decode("ascii"), line[start + len(_VALUE) : end]
 
 
-def read_object(body: bytes, hour: str) -> pa.RecordBatch:
+def split_object(body: bytes) -> tuple[list[int], list[int], list[str], list[bytes]]:
     data = gzip.decompress(body) if body[:2] == b"\x1f\x8b" else body
     partitions: list[int] = []
     offsets: list[int] = []
     times: list[str] = []
-    values: list[str] = []
+    values: list[bytes] = []
     for line in data.splitlines():
         if not line:
             continue
@@ -66,17 +67,93 @@ def read_object(body: bytes, hour: str) -> pa.RecordBatch:
         partitions.append(partition)
         offsets.append(offset)
         times.append(event_time)
-        values.append(value.decode("utf-8"))
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array([hour] * len(offsets), pa.string()),
-            pa.array(partitions, pa.int32()),
-            pa.array(offsets, pa.int64()),
-            pa.array(times, pa.string()),
-            pa.array(values, pa.string()),
-        ],
-        schema=_ARROW_RECORDS,
-    )
+        values.append(value)
+    return partitions, offsets, times, values
+
+
+def _python_type(values: list[Any]) -> pa.DataType:
+    """The Arrow type for a field's values when Arrow's reader cannot decide (mixed types)."""
+    kinds = {type(value) for value in values if value is not None}
+    if kinds == {bool}:
+        return pa.bool_()
+    if kinds == {int}:
+        return pa.int64()
+    if kinds and kinds <= {int, float}:
+        return pa.float64()
+    return pa.string()  # strings, or a mix of anything: kept as text (JSON for non-strings)
+
+
+def _python_column(values: list[Any], kind: pa.DataType) -> pa.Array:
+    if pa.types.is_string(kind):
+        values = [v if v is None or isinstance(v, str) else orjson.dumps(v).decode() for v in values]
+    elif pa.types.is_floating(kind) or pa.types.is_integer(kind):
+        values = [v if isinstance(v, int | float) and not isinstance(v, bool) else None for v in values]
+    try:
+        return pa.array(values, kind)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return pa.nulls(len(values), kind)
+
+
+def _parse_in_python(values: list[bytes]) -> pa.Table:
+    """The slow path, for values whose fields change type from record to record."""
+    rows = [orjson.loads(value) for value in values]
+    names = list(dict.fromkeys(name for row in rows if isinstance(row, dict) for name in row))
+    columns = {name: [row.get(name) if isinstance(row, dict) else None for row in rows] for name in names}
+    return pa.table({name: _python_column(column, _python_type(column)) for name, column in columns.items()})
+
+
+def parse_values(values: list[bytes]) -> pa.Table:
+    """The values (JSON objects) as typed Arrow columns: parsed in C++ by Arrow's JSON reader,
+    or, when a field's type varies between records, in Python (mixed fields become text)."""
+    if not values:
+        return pa.table({})
+    try:
+        return pa_json.read_json(io.BytesIO(b"\n".join(values)))
+    except pa.ArrowInvalid:
+        try:
+            return _parse_in_python(values)
+        except orjson.JSONDecodeError as exc:
+            raise EnvelopeError(f"an archived value is not JSON: {exc}") from None
+
+
+def value_schema(sample: bytes) -> pa.Schema:
+    """The value schema of one object (the driver infers it from a sample object)."""
+    schema: pa.Schema = parse_values(split_object(sample)[3]).schema
+    return schema
+
+
+def records_schema(values: pa.Schema) -> pa.Schema:
+    """What the reader returns: the envelope fields, then the value's fields."""
+    return pa.schema([*ENVELOPE_FIELDS, *(field for field in values if field.name not in _ENVELOPE_NAMES)])
+
+
+def _conform(table: pa.Table, fields: list[pa.Field], rows: int) -> list[pa.Array]:
+    """Columns for ``fields`` from ``table``: cast when types differ (12 vs 12.5), nulls when absent."""
+    columns = []
+    for field in fields:
+        if field.name not in table.column_names:
+            columns.append(pa.nulls(rows, field.type))
+            continue
+        column = table.column(field.name).combine_chunks()
+        try:
+            columns.append(column if column.type == field.type else column.cast(field.type))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            columns.append(pa.nulls(rows, field.type))  # a type the sample did not foresee
+    return columns
+
+
+def read_object(body: bytes, hour: str, values: pa.Schema) -> pa.RecordBatch:
+    partitions, offsets, times, raw_values = split_object(body)
+    schema = records_schema(values)
+    value_fields = [field for field in schema if field.name not in _ENVELOPE_NAMES]
+    envelope = [
+        pa.array([hour] * len(offsets), pa.string()),
+        pa.array(partitions, pa.int32()),
+        pa.array(offsets, pa.int64()),
+        pa.array(times, pa.string()),
+    ]
+    parsed = parse_values(raw_values)
+    return pa.RecordBatch.from_arrays([*envelope, *_conform(parsed, value_fields, len(offsets))], schema=schema)
 
 
 def s3_client() -> Any:
@@ -91,7 +168,7 @@ def s3_client() -> Any:
     )
 
 
-def fetch_objects(bucket: str) -> Any:
+def fetch_objects(bucket: str, values: pa.Schema) -> Any:
     """The ``mapInArrow`` function: batches of (key, hour) rows in, record batches out."""
 
     def fetch(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -99,6 +176,6 @@ def fetch_objects(bucket: str) -> Any:
         for batch in batches:
             for key, hour in zip(batch.column("key").to_pylist(), batch.column("hour").to_pylist(), strict=True):
                 body = client.get_object(Bucket=bucket, Key=key)["Body"].read()
-                yield read_object(body, hour)
+                yield read_object(body, hour, values)
 
     return fetch

@@ -4,20 +4,25 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.pandas.types import from_arrow_schema
 
-from jobs.aggregation.reader import OBJECTS_SCHEMA, RECORDS_SCHEMA, fetch_objects
+from jobs.aggregation.reader import OBJECTS_SCHEMA, fetch_objects, records_schema
 from tidemark.config.model import AggregationConfig
 
 IDENTITY = ["partition", "offset"]  # one stream per run: (stream, partition, offset) is the record
 
 
-def read_records(spark: SparkSession, objects: Sequence[tuple[str, str]], bucket: str, tasks: int) -> DataFrame:
-    """Records of exactly these objects (``(key, hour)`` pairs), fetched by executor tasks."""
+def read_records(
+    spark: SparkSession, objects: Sequence[tuple[str, str]], bucket: str, tasks: int, values: pa.Schema
+) -> DataFrame:
+    """Records of exactly these objects (``(key, hour)`` pairs), fetched by executor tasks:
+    ``hour, partition, offset, event_time`` and the value's fields as columns."""
     listing = spark.createDataFrame(list(objects), OBJECTS_SCHEMA)
-    return listing.repartition(max(1, min(tasks, len(objects)))).mapInArrow(fetch_objects(bucket), RECORDS_SCHEMA)
+    schema = from_arrow_schema(records_schema(values))
+    return listing.repartition(max(1, min(tasks, len(objects)))).mapInArrow(fetch_objects(bucket, values), schema)
 
 
 def dedupe(records: DataFrame) -> DataFrame:
@@ -25,16 +30,12 @@ def dedupe(records: DataFrame) -> DataFrame:
     return records.dropDuplicates(IDENTITY)
 
 
-def value_schema(spark: SparkSession, records: DataFrame, sample: int = 5_000) -> StructType:
-    """The values' JSON schema, inferred by Spark's JSON reader from a sample of them (types
-    widen across the sample: a price seen as 12 and as 12.5 becomes a double)."""
-    values = [row.value for row in records.select("value").limit(sample).collect()]
-    return spark.read.json(spark.sparkContext.parallelize(values, 1)).schema
-
-
-def parse_values(records: DataFrame, schema: StructType) -> DataFrame:
-    """The value's fields as columns, next to the record's hour and identity."""
-    return records.withColumn("v", F.from_json("value", schema)).select("hour", *IDENTITY, "event_time", "v.*")
+def duplicate_count(records: DataFrame) -> int:
+    """How many rows ``dedupe`` would drop, found by shuffling only the record identities (a
+    few bytes per row), so the common case -- none -- never moves the values around."""
+    counts = records.groupBy(*IDENTITY).count().where("count > 1")
+    extra = counts.agg(F.sum(F.col("count") - 1).alias("extra")).collect()[0]["extra"]
+    return int(extra or 0)
 
 
 def aggregate(records: DataFrame, aggregation: AggregationConfig) -> DataFrame:

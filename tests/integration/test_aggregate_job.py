@@ -4,7 +4,11 @@ record duplicated across two objects counts once."""
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import subprocess
+import sys
 from collections import defaultdict
 from dataclasses import replace
 from typing import Any
@@ -15,6 +19,7 @@ import pytest
 
 from jobs.aggregation.job import run_aggregation
 from jobs.aggregation.sink import AggregateSink, aggregates_table_schema
+from tests.conftest import REPO
 from tests.support.events import msk_event
 from tests.support.harness import small_config
 from tests.support.workload import make_orders
@@ -146,3 +151,34 @@ def test_a_record_in_two_objects_counts_once(spark, archive, aggregates, moto_en
         {k: v for k, v in table_aggregates(table).items() if k[0] == hour},
         {k: v for k, v in expected_aggregates(orders.expected).items() if k[0] == hour},
     )
+
+
+def test_the_job_entry_point_runs_from_the_environment(archive, aggregates, moto_endpoint, tmp_path):
+    """``python jobs/aggregate.py`` as spark-submit would run it: its own Spark, settings from env."""
+    _sink, table = aggregates
+    config = small_config(max_records=50)
+    runtime = archive.runtime(config)
+    orders = make_orders(partitions=1, per_partition=100, hours=1, late_share=0.0, bad_share=0.0, seed=13)
+    Archiver(runtime).handle(msk_event(orders.all_records()))
+    flush_all(archive, runtime, config, [0])
+    env = {
+        **os.environ,
+        "TIDEMARK_CONFIG_JSON": config.model_dump_json(),
+        "TIDEMARK_BUCKET": archive.bucket,
+        "TIDEMARK_LEDGER_TABLE": archive.table,
+        "TIDEMARK_AGGREGATES_TABLE": table.name,
+        "AWS_ENDPOINT_URL": moto_endpoint,
+        "PYSPARK_PYTHON": sys.executable,
+    }
+    done = subprocess.run(
+        [sys.executable, str(REPO / "jobs" / "aggregate.py"), "--stream", "orders", "--tasks", "2"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["records"] == 100 and summary["duplicates"] == 0 and summary["still_dirty"] == []
+    assert_same(table_aggregates(table), expected_aggregates(orders.expected))

@@ -2,37 +2,37 @@
 
 from __future__ import annotations
 
-import orjson
 from pyspark.sql import Row
 
-from jobs.aggregation.reader import RECORDS_SCHEMA
-from jobs.aggregation.transforms import aggregate, dedupe, parse_values, value_schema
+from jobs.aggregation.transforms import aggregate, dedupe, duplicate_count
 from tidemark.config.model import AggregationConfig
 
 H7, H8 = "2026-11-21T07", "2026-11-21T08"
+SCHEMA = (
+    "hour string, partition int, offset long, event_time string, "
+    "product_id string, price double, quantity long, customer_id string"
+)
 
 
 def records(spark, rows):
+    """Records as the reader returns them: the envelope fields, then the value's fields."""
     return spark.createDataFrame(
-        [
-            (hour, partition, offset, "2026-11-21T08:00:00.000Z", orjson.dumps(value).decode())
-            for hour, partition, offset, value in rows
-        ],
-        RECORDS_SCHEMA,
+        [(hour, partition, offset, "2026-11-21T08:00:00.000Z", *value) for hour, partition, offset, value in rows],
+        SCHEMA,
     )
 
 
-def order(product: str, price: float, quantity: int, customer: str) -> dict:
-    return {"product_id": product, "price": price, "quantity": quantity, "customer_id": customer}
+def order(product: str, price: float, quantity: int, customer: str) -> tuple:
+    return (product, price, quantity, customer)
 
 
 def test_dedupe_keeps_one_row_per_partition_and_offset(spark):
-    df = records(
-        spark,
-        [(H8, 0, 1, order("a", 1, 1, "c1")), (H8, 0, 1, order("a", 1, 1, "c1")), (H8, 1, 1, order("a", 1, 1, "c1"))],
-    )
-    assert sorted((r.partition, r.offset) for r in dedupe(df).collect()) == [(0, 1), (1, 1)]
+    same = order("a", 1.0, 1, "c1")
+    df = records(spark, [(H8, 0, 1, same), (H8, 0, 1, same), (H8, 0, 1, same), (H8, 1, 1, same), (H8, 0, 2, same)])
+    assert sorted((r.partition, r.offset) for r in dedupe(df).collect()) == [(0, 1), (0, 2), (1, 1)]
     assert dedupe(df).columns == df.columns
+    assert duplicate_count(df) == 2
+    assert duplicate_count(dedupe(df)) == 0
 
 
 def test_aggregate_computes_the_configured_metrics_per_hour_and_group(spark):
@@ -45,7 +45,6 @@ def test_aggregate_computes_the_configured_metrics_per_hour_and_group(spark):
             (H7, 1, 8, order("a", 4.0, 1, "c3")),
         ],
     )
-    parsed = parse_values(df, value_schema(spark, df))
     config = AggregationConfig(
         name="orders_by_product",
         group_by=["product_id"],
@@ -56,7 +55,7 @@ def test_aggregate_computes_the_configured_metrics_per_hour_and_group(spark):
         },
     )
 
-    result = aggregate(parsed, config)
+    result = aggregate(df, config)
 
     assert result.columns == ["hour", "product_id", "order_count", "revenue", "distinct_customers"]
     assert sorted(result.collect()) == sorted(
@@ -70,6 +69,5 @@ def test_aggregate_computes_the_configured_metrics_per_hour_and_group(spark):
 
 def test_aggregate_without_group_by_is_one_row_per_hour(spark):
     df = records(spark, [(H8, 0, 1, order("a", 2.0, 1, "c1")), (H8, 0, 2, order("b", 3.0, 1, "c2"))])
-    parsed = parse_values(df, value_schema(spark, df))
-    result = aggregate(parsed, AggregationConfig(name="totals", metrics={"revenue": "sum(price)"}))
+    result = aggregate(df, AggregationConfig(name="totals", metrics={"revenue": "sum(price)"}))
     assert result.collect() == [Row(hour=H8, revenue=5.0)]

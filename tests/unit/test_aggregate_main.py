@@ -1,0 +1,30 @@
+"""jobs/aggregate.py: the thin main's argument handling."""
+
+from __future__ import annotations
+
+import pytest
+
+from jobs.aggregate import hour_range
+from jobs.aggregation.sink import aggregate_pk, group_key
+from tidemark.exceptions import ConfigError
+
+
+def test_hour_range_is_inclusive_and_crosses_days() -> None:
+    assert hour_range("2026-11-21T22", "2026-11-22T01") == [
+        "2026-11-21T22",
+        "2026-11-21T23",
+        "2026-11-22T00",
+        "2026-11-22T01",
+    ]
+    assert hour_range("2026-11-21T07", "2026-11-21T07") == ["2026-11-21T07"]
+
+
+def test_a_backwards_range_is_an_error() -> None:
+    with pytest.raises(ConfigError, match="2026-11-21T06 is before 2026-11-21T07"):
+        hour_range("2026-11-21T07", "2026-11-21T06")
+
+
+def test_aggregate_item_keys() -> None:
+    assert aggregate_pk("orders", "orders_by_product", "2026-11-21T07") == "AGG#orders#orders_by_product#2026-11-21T07"
+    assert group_key({"product_id": "p-001", "region": "eu"}) == "product_id=p-001|region=eu"
+    assert group_key({}) == "ALL"
