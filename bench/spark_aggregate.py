@@ -123,9 +123,7 @@ def main() -> None:
                 spark, stream, ledger=runtime.ledger, bucket="bench", sink=AggregateSink("aggregates"), tasks=8
             )
             job_s = time.monotonic() - started
-            log(
-                f"job: {report.records} records, {report.items_written} items in {job_s:.1f}s {report.seconds}"
-            )
+            log(f"job: {report.records} records, {report.items_written} items in {job_s:.1f}s {report.seconds}")
 
             local = Path(scratch) / "objects"
             local.mkdir()
