@@ -21,6 +21,8 @@ from tidemark.config.model import StreamConfig
 from tidemark.ledger.base import Ledger
 from tidemark.ledger.model import HourMark
 
+SCHEMA_SAMPLES = 8  # objects, spread over the run, whose value schemas are unified
+
 
 @dataclass
 class RunReport:
@@ -41,6 +43,7 @@ class RunReport:
             "stream": self.stream,
             "hours": self.hours,
             "objects": len(self.objects),
+            "object_keys": self.objects,
             "records": self.records,
             "duplicates": self.duplicates,
             "items_written": self.items_written,
@@ -81,8 +84,10 @@ def run_aggregation(
     report.objects = sorted(key for key, _hour in objects)
     if objects:
         clock = time.monotonic()
-        sample = s3_client().get_object(Bucket=bucket, Key=objects[-1][0])["Body"].read()
-        values = value_schema(sample)  # the latest object's values: the current shape of the data
+        client = s3_client()
+        step = max(1, len(objects) // SCHEMA_SAMPLES)
+        samples = [client.get_object(Bucket=bucket, Key=key)["Body"].read() for key, _hour in objects[::step]]
+        values = value_schema(samples)
         report.seconds["schema"] = time.monotonic() - clock
         clock = time.monotonic()
         records = read_records(spark, objects, bucket, tasks, values).cache()

@@ -107,8 +107,14 @@ def parse_values(values: list[bytes]) -> pa.Table:
     or, when a field's type varies between records, in Python (mixed fields become text)."""
     if not values:
         return pa.table({})
+    data = b"\n".join(values)
     try:
-        return pa_json.read_json(io.BytesIO(b"\n".join(values)))
+        table = pa_json.read_json(io.BytesIO(data))
+        stamps = [field.name for field in table.schema if pa.types.is_timestamp(field.type)]
+        if stamps:  # keep ISO-8601 text as text (Arrow would make timestamps Spark cannot take)
+            as_text = pa.schema([(name, pa.string()) for name in stamps])
+            table = pa_json.read_json(io.BytesIO(data), parse_options=pa_json.ParseOptions(explicit_schema=as_text))
+        return table
     except pa.ArrowInvalid:
         try:
             return _parse_in_python(values)
@@ -116,10 +122,29 @@ def parse_values(values: list[bytes]) -> pa.Table:
             raise EnvelopeError(f"an archived value is not JSON: {exc}") from None
 
 
-def value_schema(sample: bytes) -> pa.Schema:
-    """The value schema of one object (the driver infers it from a sample object)."""
-    schema: pa.Schema = parse_values(split_object(sample)[3]).schema
-    return schema
+def _widen(a: pa.DataType, b: pa.DataType) -> pa.DataType:
+    """The type both fit in: null gives way, int and float meet in double, otherwise text."""
+    if a == b:
+        return a
+    if pa.types.is_null(a):
+        return b
+    if pa.types.is_null(b):
+        return a
+    numeric = (pa.types.is_integer, pa.types.is_floating)
+    if any(check(a) for check in numeric) and any(check(b) for check in numeric):
+        return pa.float64()
+    return pa.string()
+
+
+def value_schema(samples: Iterable[bytes]) -> pa.Schema:
+    """One value schema for the run, unified over sample objects (the driver reads a few spread
+    over the run's objects): a field takes the widest type it has anywhere, unseen-typed (all
+    null) fields are text."""
+    fields: dict[str, pa.DataType] = {}
+    for sample in samples:
+        for field in parse_values(split_object(sample)[3]).schema:
+            fields[field.name] = _widen(fields.get(field.name, pa.null()), field.type)
+    return pa.schema([(name, pa.string() if pa.types.is_null(kind) else kind) for name, kind in fields.items()])
 
 
 def records_schema(values: pa.Schema) -> pa.Schema:
@@ -128,17 +153,27 @@ def records_schema(values: pa.Schema) -> pa.Schema:
 
 
 def _conform(table: pa.Table, fields: list[pa.Field], rows: int) -> list[pa.Array]:
-    """Columns for ``fields`` from ``table``: cast when types differ (12 vs 12.5), nulls when absent."""
+    """Columns for ``fields`` from ``table``: cast when types differ (12 vs 12.5), nulls when the
+    object lacks the field. A value that cannot take the run's type fails the task loudly (the
+    hour stays dirty) rather than turning into nulls that would skew the aggregates."""
     columns = []
     for field in fields:
         if field.name not in table.column_names:
             columns.append(pa.nulls(rows, field.type))
             continue
         column = table.column(field.name).combine_chunks()
+        if column.type == field.type:
+            columns.append(column)
+            continue
         try:
-            columns.append(column if column.type == field.type else column.cast(field.type))
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            columns.append(pa.nulls(rows, field.type))  # a type the sample did not foresee
+            columns.append(column.cast(field.type))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            if pa.types.is_string(field.type):
+                columns.append(_python_column(column.to_pylist(), field.type))  # anything -> text
+                continue
+            raise EnvelopeError(
+                f"field {field.name!r} is {column.type} here but {field.type} in the run: {exc}"
+            ) from None
     return columns
 
 

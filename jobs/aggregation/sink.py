@@ -1,7 +1,8 @@
 """Aggregates into DynamoDB as full-value overwrites, so a rerun converges to the same table.
 
 One item per (stream, aggregation, hour, group): ``pk = AGG#<stream>#<aggregation>#<hour>``,
-``sk = <group>`` (``product_id=p-001``; ``ALL`` without group-by columns). An hour's items are
+``sk = <group>`` as a JSON object of the group's values (``{"product_id":"p-001"}``; ``{}``
+without group-by columns), so no two groups can share a key. An hour's items are
 rewritten whole (``PutItem``, never ``ADD``), and groups of that hour that are no longer in the
 result are deleted, so the hour's items are always exactly the latest computation. boto3's
 batch writer sends 25-item batches and resends unprocessed items.
@@ -9,11 +10,13 @@ batch writer sends 25-item batches and resends unprocessed items.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from typing import Any
 
 import boto3
+import orjson
 
 
 def aggregates_table_schema(table_name: str) -> dict[str, Any]:
@@ -34,17 +37,24 @@ def aggregate_pk(stream: str, aggregation: str, hour: str) -> str:
 
 
 def group_key(group: Mapping[str, Any]) -> str:
-    return "|".join(f"{column}={value}" for column, value in group.items()) or "ALL"
+    return orjson.dumps(dict(group), default=str).decode()
+
+
+DYNAMODB_MAX_NUMBER = 9.9999999999999999999999999999999999999e125
 
 
 def _number(value: Any) -> Any:
-    if isinstance(value, bool) or value is None:
-        return value
-    if isinstance(value, int):
-        return value
+    """A value DynamoDB can store: floats as Decimal; NaN, infinities and numbers beyond
+    DynamoDB's range as text (never a crash halfway through an hour's write)."""
+    if isinstance(value, bool) or value is None or isinstance(value, int | str):
+        return value if not isinstance(value, int) or abs(value) <= DYNAMODB_MAX_NUMBER else str(value)
     if isinstance(value, float):
-        return Decimal(repr(value))
-    return value
+        return Decimal(repr(value)) if math.isfinite(value) and abs(value) <= DYNAMODB_MAX_NUMBER else repr(value)
+    if isinstance(value, list | tuple):
+        return [_number(item) for item in value]
+    if isinstance(value, dict):
+        return {str(key): _number(item) for key, item in value.items()}
+    return str(value)  # dates, decimals from Spark: their text
 
 
 class AggregateSink:

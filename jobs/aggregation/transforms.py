@@ -41,4 +41,5 @@ def duplicate_count(records: DataFrame) -> int:
 def aggregate(records: DataFrame, aggregation: AggregationConfig) -> DataFrame:
     """The configured metrics per event hour and group: ``hour, <group_by...>, <metric...>``."""
     metrics = [F.expr(expression).alias(name) for name, expression in aggregation.metrics.items()]
-    return records.groupBy("hour", *aggregation.group_by).agg(*metrics)
+    groups = [F.col(column).alias(column) for column in aggregation.group_by]  # keeps "meta.region" whole
+    return records.groupBy("hour", *groups).agg(*metrics)

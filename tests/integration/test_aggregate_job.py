@@ -182,3 +182,37 @@ def test_the_job_entry_point_runs_from_the_environment(archive, aggregates, moto
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     assert summary["records"] == 100 and summary["duplicates"] == 0 and summary["still_dirty"] == []
     assert_same(table_aggregates(table), expected_aggregates(orders.expected))
+
+
+def test_an_hour_that_gets_a_new_object_during_the_run_stays_dirty(spark, archive, aggregates):
+    sink, _table = aggregates
+    config = small_config(max_records=50)
+    runtime = archive.runtime(config)
+    orders = make_orders(partitions=1, per_partition=80, hours=1, late_share=0.0, bad_share=0.0, seed=17)
+    Archiver(runtime).handle(msk_event(orders.all_records()))
+    flush_all(archive, runtime, config, [0])
+    ledger = runtime.ledger
+    clear = ledger.record_aggregated
+
+    def commit_lands_first(mark):  # an archiver commits another object just before the clear
+        archive.dynamodb.update_item(
+            TableName=archive.table,
+            Key={"pk": {"S": marks_pk("orders")}, "sk": {"S": mark.hour}},
+            UpdateExpression="ADD commits :one",
+            ExpressionAttributeValues={":one": {"N": "1"}},
+        )
+        return clear(mark)
+
+    ledger.record_aggregated = commit_lands_first  # type: ignore[method-assign]
+    report = run_aggregation(spark, config.streams[0], ledger=ledger, bucket=archive.bucket, sink=sink)
+    ledger.record_aggregated = clear  # type: ignore[method-assign]
+
+    assert report.cleared == [] and sorted(report.still_dirty) == sorted(report.hours)
+    assert all(mark.dirty for mark in ledger.hour_marks("orders"))
+    runs = archive.dynamodb.query(
+        TableName=archive.table,
+        KeyConditionExpression="pk = :pk",
+        ExpressionAttributeValues={":pk": {"S": "RUNS#orders"}},
+    )["Items"]
+    recorded = json.loads(runs[0]["report"]["S"])
+    assert recorded["object_keys"] == report.objects and recorded["still_dirty"] == report.still_dirty

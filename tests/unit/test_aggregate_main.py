@@ -26,5 +26,17 @@ def test_a_backwards_range_is_an_error() -> None:
 
 def test_aggregate_item_keys() -> None:
     assert aggregate_pk("orders", "orders_by_product", "2026-11-21T07") == "AGG#orders#orders_by_product#2026-11-21T07"
-    assert group_key({"product_id": "p-001", "region": "eu"}) == "product_id=p-001|region=eu"
-    assert group_key({}) == "ALL"
+    assert group_key({"product_id": "p-001", "region": "eu"}) == '{"product_id":"p-001","region":"eu"}'
+    assert group_key({}) == "{}"
+    assert group_key({"p": None}) != group_key({"p": "None"})  # no collisions
+    assert group_key({"p": "a|b=c"}) != group_key({"p": "a", "b": "c"})
+
+
+def test_numbers_dynamodb_cannot_hold_are_stored_as_text() -> None:
+    from decimal import Decimal
+
+    from jobs.aggregation.sink import _number
+
+    assert _number(2.5) == Decimal("2.5") and _number(7) == 7 and _number(None) is None
+    assert [_number(float("nan")), _number(float("inf")), _number(1e300)] == ["nan", "inf", "1e+300"]
+    assert _number([1.5, {"x": 2.0}]) == [Decimal("1.5"), {"x": Decimal("2.0")}]

@@ -37,7 +37,7 @@ def test_split_gives_partition_offset_event_time_and_the_value_bytes():
 def test_read_object_handles_gzip_and_returns_the_values_as_typed_columns():
     values = [orjson.dumps({"n": n, "price": n * 1.5, "tag": f"t{n}"}) for n in range(50)]
     body = gzip.compress(rendered(values))
-    schema = value_schema(body)
+    schema = value_schema([body])
     batch = read_object(body, "2026-11-21T08", schema)
     assert batch.schema.names == ["hour", "partition", "offset", "event_time", "n", "price", "tag"]
     assert batch.column("offset").to_pylist() == list(range(10, 60))
@@ -71,10 +71,35 @@ def test_a_field_whose_type_changes_between_records_is_still_read():
         orjson.dumps({"created_at": "2026-11-21T08:00:00Z", "price": 2.5, "tags": "b"}),
     ]
     body = rendered(values)
-    schema = value_schema(body)
+    schema = value_schema([body])
     assert schema.field("price").type == pa.float64()
     assert schema.field("created_at").type == pa.string()
     batch = read_object(body, "2026-11-21T08", schema)
     assert batch.column("price").to_pylist() == [2.0, 2.5]
     assert batch.column("created_at").to_pylist() == ["1795248000000", "2026-11-21T08:00:00Z"]
     assert batch.column("tags").to_pylist() == ['["a"]', "b"]
+
+
+def test_the_run_schema_widens_over_samples_and_never_nulls_a_value():
+    """One object with whole prices, another with fractions: the run's type is double for both,
+    and neither object's prices are lost."""
+    whole = rendered([orjson.dumps({"price": 10, "note": None})])
+    fractional = rendered([orjson.dumps({"price": 2.5, "note": "n"})])
+    schema = value_schema([whole, fractional])
+    assert (schema.field("price").type, schema.field("note").type) == (pa.float64(), pa.string())
+    assert read_object(whole, "h", schema).column("price").to_pylist() == [10.0]
+    assert read_object(fractional, "h", schema).column("price").to_pylist() == [2.5]
+
+
+def test_iso_timestamps_stay_text():
+    body = rendered([orjson.dumps({"created_at": "2026-11-21T08:00:00Z", "price": 1.0})])
+    schema = value_schema([body])
+    assert schema.field("created_at").type == pa.string()
+    assert read_object(body, "h", schema).column("created_at").to_pylist() == ["2026-11-21T08:00:00Z"]
+
+
+def test_a_value_that_cannot_take_the_run_type_fails_loudly():
+    sampled = pa.schema([("price", pa.float64())])
+    body = rendered([orjson.dumps({"price": {"amount": 1}})])
+    with pytest.raises(EnvelopeError, match="field 'price'"):
+        read_object(body, "h", sampled)

@@ -479,3 +479,11 @@ def test_load_config_from_env_reads_os_environ(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.delenv("TIDEMARK_CONFIG", raising=False)
     monkeypatch.setenv("TIDEMARK_CONFIG_JSON", json.dumps(minimal()))
     assert load_config_from_env() == parse_config(minimal())
+
+
+def test_aggregations_need_json_values() -> None:
+    data = minimal(encoding={"value": "text"}, event_time={"source": "record_timestamp"})
+    data["streams"][0]["aggregations"] = [{"name": "n", "metrics": {"c": "count(*)"}}]
+    assert config_error(data) == (
+        "<config>: streams[0]: aggregations need encoding.value 'json' (they read the value's fields)"
+    )

@@ -41,13 +41,13 @@ def demo(
     lost_commit_rate: Annotated[
         float, typer.Option(min=0.0, max=1.0, help="With --chaos: share of successful batches whose commit is lost.")
     ] = 0.03,
-    aggregate: Annotated[
+    no_aggregate: Annotated[
         bool,
         typer.Option(
-            "--aggregate/--no-aggregate",
-            help="End with the PySpark aggregation job (local[2], needs Java) and check its counts.",
+            "--no-aggregate",
+            help="Skip the last step, the PySpark aggregation job (local[2], needs Java).",
         ),
-    ] = True,
+    ] = False,
     seed: Annotated[int, typer.Option(help="Seed for the workload and the chaos; a run replays with its seed.")] = 7,
     bootstrap_servers: Annotated[
         str | None, typer.Option(help="Use this Kafka (host:port,...) instead of starting the embedded broker.")
@@ -113,7 +113,7 @@ def demo(
             batch_size=batch_size,
             batching_window_ms=None if batching_window is None else round(batching_window * 1000),
             flush_records=flush_records or None,
-            aggregate=aggregate,
+            aggregate=not no_aggregate,
             chaos=chaos,
             crash_rate=crash_rate,
             lost_commit_rate=lost_commit_rate,

@@ -198,6 +198,8 @@ class StreamConfig(_Model):
     def _json_needs_json(self) -> StreamConfig:
         if self.event_time.source == "json_field" and self.encoding.value != "json":
             raise ValueError("event_time.source 'json_field' needs encoding.value 'json'")
+        if self.aggregations and self.encoding.value != "json":
+            raise ValueError("aggregations need encoding.value 'json' (they read the value's fields)")
         return self
 
 
