@@ -22,6 +22,8 @@ def configs(**changes):
     data["streams"][0]["flush"] = {"max_records": 1000}
     old = parse_config(data)
     data["streams"][0].update(changes)
+    if data["streams"][0].get("encoding", {}).get("value", "json") != "json":
+        data["streams"][0]["aggregations"] = []  # aggregations read JSON values only
     return old, parse_config(data)
 
 

@@ -26,6 +26,7 @@ def test_process_dies_mid_multipart_upload(archive, tmp_path):
     stream = data["streams"][0]
     stream["event_time"] = {"source": "record_timestamp"}
     stream["encoding"] = {"value": "bytes", "key": "text", "headers": "text"}
+    stream["aggregations"] = []  # aggregations read JSON values only
     stream["format"] = {"type": "jsonl", "compression": "none"}
     stream["flush"] = {"max_records": 400, "max_bytes": "64MiB", "max_age": "15m"}
     stream["dead_letter"] = {"max_record_bytes": "1MiB"}
