@@ -76,7 +76,6 @@ def main() -> None:
     os.environ.update(
         {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
     )
-    os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     data = json.loads(load_config(ROOT / "config" / "tidemark.yaml").model_dump_json())
     data["streams"][0]["flush"]["max_records"] = 200_000
@@ -103,20 +102,11 @@ def main() -> None:
             runtime.writer(stream, partition).drain()
         log(f"archived {args.records} records in {time.monotonic() - started:.1f}s")
 
-        from pyspark.sql import SparkSession
-
         from jobs.aggregation.job import run_aggregation
+        from jobs.aggregation.session import local_session
         from jobs.aggregation.transforms import aggregate
 
-        spark = (
-            SparkSession.builder.master("local[2]")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.shuffle.partitions", "8")
-            .config("spark.driver.memory", "2g")
-            .getOrCreate()
-        )
-        spark.sparkContext.setLogLevel("ERROR")
+        spark = local_session("tidemark-bench", driver_memory="2g")
         try:
             started = time.monotonic()
             report = run_aggregation(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -53,20 +52,9 @@ def spark(moto_endpoint: str) -> Iterator[Any]:
     reach moto through the environment they inherit at start-up."""
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     os.environ["AWS_ENDPOINT_URL"] = moto_endpoint
-    os.environ["PYSPARK_PYTHON"] = sys.executable  # workers: this venv, with pyarrow and boto3
-    from pyspark.sql import SparkSession
+    from jobs.aggregation.session import local_session
 
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("tidemark-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
+    session = local_session("tidemark-tests", shuffle_partitions=4)
     try:
         yield session
     finally:

@@ -4,9 +4,7 @@ then its results read back from DynamoDB and cross-checked against the produced 
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
-import sys
 from collections import Counter
 from collections.abc import Iterable
 from typing import Any
@@ -41,9 +39,8 @@ def run_demo_aggregation(
             "the aggregation step needs Java for PySpark (e.g. apt-get install openjdk-17-jre-headless); "
             "or pass --no-aggregate"
         )
-    from pyspark.sql import SparkSession
-
     from jobs.aggregation.job import run_aggregation
+    from jobs.aggregation.session import local_session
     from jobs.aggregation.sink import AggregateSink, aggregates_table_schema
     from tidemark.ledger.dynamodb import DynamoDBLedger
 
@@ -51,18 +48,7 @@ def run_demo_aggregation(
     dynamodb = aws.dynamodb()
     with contextlib.suppress(dynamodb.exceptions.ResourceInUseException):
         dynamodb.create_table(**aggregates_table_schema(table))
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("tidemark-demo-aggregate")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "8")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_session("tidemark-demo-aggregate")
     try:
         report = run_aggregation(
             spark,
