@@ -34,6 +34,7 @@ _ENVELOPE_NAMES = {field.name for field in ENVELOPE_FIELDS}
 _HEAD = re.compile(
     rb'^\{"topic":"[A-Za-z0-9._-]*","partition":(\d+),"offset":(\d+),"timestamp":-?\d+,"event_time":"([^"]*)","key":'
 )
+SAMPLE_RECORDS = 5_000  # records per sample object the schema is inferred from
 _VALUE = b',"value":'
 _HEADERS = b',"headers":['
 
@@ -54,13 +55,14 @@ def split_envelope(line: bytes) -> tuple[int, int, str, bytes]:
     return int(head.group(1)), int(head.group(2)), head.group(3).decode("ascii"), line[start + len(_VALUE) : end]
 
 
-def split_object(body: bytes) -> tuple[list[int], list[int], list[str], list[bytes]]:
+def split_object(body: bytes, limit: int | None = None) -> tuple[list[int], list[int], list[str], list[bytes]]:
+    """The envelopes of one object (its first ``limit`` records, if given)."""
     data = gzip.decompress(body) if body[:2] == b"\x1f\x8b" else body
     partitions: list[int] = []
     offsets: list[int] = []
     times: list[str] = []
     values: list[bytes] = []
-    for line in data.splitlines():
+    for line in data.splitlines()[:limit]:
         if not line:
             continue
         partition, offset, event_time, value = split_envelope(line)
@@ -142,7 +144,7 @@ def value_schema(samples: Iterable[bytes]) -> pa.Schema:
     null) fields are text."""
     fields: dict[str, pa.DataType] = {}
     for sample in samples:
-        for field in parse_values(split_object(sample)[3]).schema:
+        for field in parse_values(split_object(sample, SAMPLE_RECORDS)[3]).schema:
             fields[field.name] = _widen(fields.get(field.name, pa.null()), field.type)
     return pa.schema([(name, pa.string() if pa.types.is_null(kind) else kind) for name, kind in fields.items()])
 
