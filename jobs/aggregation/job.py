@@ -102,10 +102,10 @@ def run_aggregation(
             rows = aggregate(unique, aggregation).collect()
             by_hour: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = {hour: [] for hour in report.hours}
             for row in rows:
-                values = row.asDict()
-                group = {column: values[column] for column in aggregation.group_by}
-                metrics = {name: values[name] for name in aggregation.metrics}
-                by_hour.setdefault(values["hour"], []).append((group, metrics))
+                fields = row.asDict()
+                group = {column: fields[column] for column in aggregation.group_by}
+                metrics = {name: fields[name] for name in aggregation.metrics}
+                by_hour.setdefault(fields["hour"], []).append((group, metrics))
             writing = time.monotonic()
             for hour, hour_rows in by_hour.items():
                 report.items_written += sink.replace_hour(stream.name, aggregation.name, hour, hour_rows, report.run_id)
