@@ -18,18 +18,12 @@ from typing import Any
 import boto3
 import orjson
 
+from tidemark.ledger.dynamodb import pk_sk_table_schema
+
 
 def aggregates_table_schema(table_name: str) -> dict[str, Any]:
-    """``CreateTable`` arguments for the aggregates table (the CDK stack uses the same keys)."""
-    return {
-        "TableName": table_name,
-        "AttributeDefinitions": [
-            {"AttributeName": "pk", "AttributeType": "S"},
-            {"AttributeName": "sk", "AttributeType": "S"},
-        ],
-        "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-        "BillingMode": "PAY_PER_REQUEST",
-    }
+    """``CreateTable`` arguments for the aggregates table (same key shape as the ledger)."""
+    return pk_sk_table_schema(table_name)
 
 
 def aggregate_pk(stream: str, aggregation: str, hour: str) -> str:

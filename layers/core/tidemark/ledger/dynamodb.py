@@ -53,6 +53,11 @@ TRANSACTION_ATTEMPTS = 5  # on TransactionConflict only; a failed condition is n
 
 def ledger_table_schema(table_name: str) -> dict[str, Any]:
     """``CreateTable`` arguments; the CDK stack defines the same keys (see stacks/storage.py)."""
+    return pk_sk_table_schema(table_name)
+
+
+def pk_sk_table_schema(table_name: str) -> dict[str, Any]:
+    """An on-demand table keyed by string ``pk`` (hash) and ``sk`` (range): every Tidemark table."""
     return {
         "TableName": table_name,
         "AttributeDefinitions": [
