@@ -5,19 +5,23 @@ Context keys (``cdk.json`` sets the defaults, ``cdk synth -c key=value`` overrid
 
 * ``config``: path of the stream configuration, relative paths resolved against this directory
   (default ``config/tidemark.yaml``);
-* ``stack_name``: name of the CloudFormation stack (default ``Tidemark``).
+* ``stack_name``: name of the CloudFormation stack (default ``Tidemark``);
+* ``account`` / ``region``: the stack's environment (default: ``CDK_DEFAULT_ACCOUNT`` and
+  ``CDK_DEFAULT_REGION``, which the CDK CLI sets from your credentials). Only looking up an
+  existing VPC (``network.vpc_id``) needs them; without them the stack is environment-agnostic.
 
 A wrong configuration stops synth with the loader's message, which names the offending field.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from aws_cdk import App
+from aws_cdk import App, Environment
 
 from stacks.tidemark_stack import TidemarkStack
 from tidemark.config import load_config
@@ -52,7 +56,14 @@ def build_app(
     app = App(context=dict(context) if context else None, outdir=outdir)
     path = Path(config_path if config_path is not None else _context_str(app, "config", DEFAULT_CONFIG))
     config = load_config(path if path.is_absolute() else ROOT / path)
-    TidemarkStack(app, _context_str(app, "stack_name", DEFAULT_STACK_NAME), config=config)
+    account = app.node.try_get_context("account") or os.environ.get("CDK_DEFAULT_ACCOUNT")
+    region = app.node.try_get_context("region") or os.environ.get("CDK_DEFAULT_REGION")
+    TidemarkStack(
+        app,
+        _context_str(app, "stack_name", DEFAULT_STACK_NAME),
+        config=config,
+        env=Environment(account=account, region=region) if account and region else None,
+    )
     return app
 
 

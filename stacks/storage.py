@@ -1,8 +1,8 @@
-"""Durable state of Tidemark: the archive bucket and the DynamoDB ledger.
+"""Durable state of Tidemark: the archive bucket, the DynamoDB ledger and the aggregates table.
 
-Both resources are retained when the stack is deleted: the bucket *is* the product, and the
-ledger holds the highest staged offset per partition, without which a redeploy would archive
-Kafka's retained records a second time.
+All are retained when the stack is deleted: the bucket *is* the product, the ledger holds the
+highest staged offset per partition, without which a redeploy would archive Kafka's retained
+records a second time, and the aggregates are what downstream readers query.
 """
 
 from __future__ import annotations
@@ -11,18 +11,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import Duration, FeatureFlags, RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from tidemark.config import TidemarkConfig
-from tidemark.ledger.dynamodb import ledger_table_schema
+from tidemark.ledger.dynamodb import ledger_table_schema, pk_sk_table_schema
 
 #: Items carrying this (epoch seconds) attribute are deleted by DynamoDB some time after it
 #: passes. Partition state items must never carry it: losing one loses the dedupe high-water mark.
 LEDGER_TTL_ATTRIBUTE = "expires_at"
+LOGS_BY_POLICY = "@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy"
 
 _ATTRIBUTE_TYPES = {
     "S": dynamodb.AttributeType.STRING,
@@ -84,7 +85,8 @@ def ledger_table_keys(schema: Mapping[str, Any], *, ttl_attribute: str = LEDGER_
 
 
 class StorageConstruct(Construct):
-    """The archive bucket (KMS, private, TLS only) and the ledger table (on-demand, PITR, TTL)."""
+    """The archive bucket (KMS, private, TLS only), the ledger table (on-demand, PITR, TTL) and the
+    aggregates table the Spark job writes (on-demand, PITR)."""
 
     def __init__(self, scope: Construct, construct_id: str, *, config: TidemarkConfig) -> None:
         # Only a loaded, validated config may reach the infrastructure: a raw dict or a path here
@@ -107,9 +109,28 @@ class StorageConstruct(Construct):
             enable_key_rotation=True,
             removal_policy=RemovalPolicy.RETAIN,
         )
+        # Server access logs of the archive bucket: who read or wrote what, for audits.
+        self._access_logs = s3.Bucket(
+            self,
+            "AccessLogsBucket",
+            encryption=s3.BucketEncryption.S3_MANAGED,  # S3 server access logging cannot write with KMS
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            # With cdk.json's serverAccessLogsUseBucketPolicy flag, log delivery is granted by bucket
+            # policy and ACLs stay disabled; without it CDK needs the ACL (and object-writer ownership).
+            object_ownership=(
+                s3.ObjectOwnership.BUCKET_OWNER_ENFORCED
+                if FeatureFlags.of(self).is_enabled(LOGS_BY_POLICY)
+                else s3.ObjectOwnership.OBJECT_WRITER
+            ),
+            enforce_ssl=True,
+            lifecycle_rules=[s3.LifecycleRule(id="expire-access-logs", enabled=True, expiration=Duration.days(365))],
+            removal_policy=RemovalPolicy.RETAIN,
+        )
         self._bucket = s3.Bucket(
             self,
             "ArchiveBucket",
+            server_access_logs_bucket=self._access_logs,
+            server_access_logs_prefix="archive-bucket/",
             encryption=s3.BucketEncryption.KMS,
             encryption_key=self._key,
             # One data key per bucket instead of a KMS call per object: far fewer KMS requests.
@@ -129,6 +150,7 @@ class StorageConstruct(Construct):
                     enabled=True,
                     abort_incomplete_multipart_upload_after=Duration.days(1),
                 ),
+                *self._transition_rules(config),
             ],
             removal_policy=RemovalPolicy.RETAIN,
         )
@@ -144,6 +166,34 @@ class StorageConstruct(Construct):
             time_to_live_attribute=LEDGER_TTL_ATTRIBUTE,
             removal_policy=RemovalPolicy.RETAIN,
         )
+
+        # Same key shape as the ledger (``pk_sk_table_schema``, which the job's sink uses too).
+        aggregate_keys = ledger_table_keys(pk_sk_table_schema("unused-cdk-generates-the-name"))
+        self._aggregates_table = dynamodb.Table(
+            self,
+            "AggregatesTable",
+            partition_key=aggregate_keys.partition_key,
+            sort_key=aggregate_keys.sort_key,
+            billing_mode=aggregate_keys.billing_mode,
+            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
+                point_in_time_recovery_enabled=True,
+            ),
+            removal_policy=RemovalPolicy.RETAIN,
+        )
+
+    @staticmethod
+    def _transition_rules(config: TidemarkConfig) -> list[s3.LifecycleRule]:
+        """``archive.transitions`` for the archived objects (raw/ and errors/); manifests stay put."""
+        transitions = [
+            s3.Transition(storage_class=s3.StorageClass(item.storage_class), transition_after=Duration.days(item.days))
+            for item in config.archive.transitions
+        ]
+        if not transitions:
+            return []
+        return [
+            s3.LifecycleRule(id=f"transition-{prefix}", enabled=True, prefix=f"{prefix}/", transitions=transitions)
+            for prefix in (config.archive.raw_prefix, config.archive.errors_prefix)
+        ]
 
     @property
     def config(self) -> TidemarkConfig:
@@ -161,3 +211,7 @@ class StorageConstruct(Construct):
     @property
     def ledger_table(self) -> dynamodb.Table:
         return self._ledger_table
+
+    @property
+    def aggregates_table(self) -> dynamodb.Table:
+        return self._aggregates_table

@@ -16,29 +16,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from aws_cdk import Duration
+from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
-from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
+from stacks.functions import Placement, TidemarkFunction
+from stacks.grants import ArchiveAccess, grant_ledger
 from tidemark.config import TidemarkConfig
 from tidemark.exceptions import ConfigError
-
-#: what the sweeper needs of the ledger table: items by key, conditional writes and transactions
-#: (which IAM authorises per underlying action) and queries -- no Scan, no DeleteItem, no batches
-LEDGER_ACTIONS = (
-    "dynamodb:GetItem",
-    "dynamodb:PutItem",
-    "dynamodb:UpdateItem",
-    "dynamodb:ConditionCheckItem",
-    "dynamodb:Query",
-)
 
 #: handler function name in functions/sweeper/handler.py for each step
 STEPS = {
@@ -62,8 +53,7 @@ class SweeperConstruct(Construct):
 
     ``code_dir`` is the function code (``functions/sweeper``), ``layer`` the core package;
     ``environment`` carries the settings every Tidemark function gets (bucket, ledger table,
-    staging root, config). ``filesystem`` mounts the EFS staging access point when given (the
-    infrastructure construct passes it together with the VPC).
+    staging root, config); ``placement`` the VPC and the EFS staging mount.
     """
 
     def __init__(
@@ -74,33 +64,30 @@ class SweeperConstruct(Construct):
         config: TidemarkConfig,
         code_dir: Path,
         layer: lambda_.ILayerVersion,
-        bucket: s3.IBucket,
+        access: ArchiveAccess,
         ledger_table: dynamodb.ITable,
         environment: Mapping[str, str],
-        filesystem: lambda_.FileSystem | None = None,
+        placement: Placement,
     ) -> None:
         super().__init__(scope, construct_id)
         if not (code_dir / "handler.py").is_file():
             raise ConfigError(f"sweeper code directory {code_dir} has no handler.py")
         interval = config.sweeper.interval
-        code = lambda_.Code.from_asset(str(code_dir))
+        code = lambda_.Code.from_asset(str(code_dir), exclude=["**/__pycache__"])
 
         def function(step: str, timeout: Duration) -> lambda_.Function:
-            return lambda_.Function(
+            return TidemarkFunction(
                 self,
                 step,
-                runtime=lambda_.Runtime.PYTHON_3_11,
-                architecture=lambda_.Architecture.ARM_64,
                 handler=f"handler.{STEPS[step]}",
                 code=code,
-                layers=[layer],
-                memory_size=1024,
-                timeout=timeout,
+                layer=layer,
                 environment={**environment, "POWERTOOLS_SERVICE_NAME": "tidemark-sweeper"},
-                filesystem=filesystem,
-                tracing=lambda_.Tracing.ACTIVE,
-                log_group=logs.LogGroup(self, f"{step}Logs", retention=logs.RetentionDays.ONE_MONTH),
-            )
+                placement=placement,
+                timeout=timeout,
+                memory_mb=1024,
+                description=f"sweeper step {step}",
+            ).function
 
         # A step must end well within one interval (and Lambda's 15 minutes).
         sweep_timeout = Duration.seconds(int(min(interval.total_seconds() - 30, 900)))
@@ -116,11 +103,15 @@ class SweeperConstruct(Construct):
             self.functions.reconcile,  # records reconciled hours
             self.functions.complete_hours,  # records manifests
         ):
-            ledger_table.grant(fn, *LEDGER_ACTIONS)
-        bucket.grant_read(self.functions.sweep_partition)
-        bucket.grant_put(self.functions.sweep_partition)  # uploads idle and resumed flushes; never deletes
-        bucket.grant_read(self.functions.reconcile)  # lists and heads; never writes or deletes
-        bucket.grant_put(self.functions.complete_hours, f"{config.sweeper.manifests_prefix}/*")
+            grant_ledger(ledger_table, fn)
+        archive = config.archive
+        every_stream = [f"{archive.raw_prefix}/{stream.name}" for stream in config.streams]
+        dead_letters = [f"{archive.errors_prefix}/{stream.name}" for stream in config.streams]
+        # Idle and resumed flushes upload objects and dead letters; never deletes.
+        access.put(self.functions.sweep_partition, every_stream + dead_letters)
+        # Lists and heads (the checksum is in the object's metadata); never writes or deletes.
+        access.read(self.functions.reconcile, every_stream + dead_letters, list_objects=True)
+        access.put(self.functions.complete_hours, [config.sweeper.manifests_prefix])
 
         self.state_machine = sfn.StateMachine(
             self,
@@ -129,8 +120,11 @@ class SweeperConstruct(Construct):
             timeout=Duration.seconds(int(interval.total_seconds())),
             tracing_enabled=True,
             logs=sfn.LogOptions(
-                destination=logs.LogGroup(self, "Executions", retention=logs.RetentionDays.ONE_MONTH),
-                level=sfn.LogLevel.ERROR,
+                destination=logs.LogGroup(
+                    self, "Executions", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY
+                ),
+                level=sfn.LogLevel.ALL,
+                include_execution_data=False,
             ),
             comment="Tidemark sweeper: idle flushes, crash recovery, orphan cleanup, reconciliation, hour completeness",
         )

@@ -1,4 +1,9 @@
-"""The Tidemark stack: one per deployment, built from the one stream configuration."""
+"""The Tidemark stack: one per deployment, built from the one stream configuration.
+
+    Network ─┬─ Staging (EFS) ─┬─ Archiver (function + MSK mapping per stream)
+             └─ Source (MSK)  ─┘   Sweeper (state machine + schedule)
+    Storage (bucket, ledger, aggregates) ── Pipeline (EMR Serverless + schedule) ── Observability
+"""
 
 from __future__ import annotations
 
@@ -6,65 +11,145 @@ from pathlib import Path
 from typing import Any
 
 from aws_cdk import CfnOutput, Stack
-from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
+from stacks.archiver import ArchiverConstruct
+from stacks.functions import Placement
+from stacks.grants import ArchiveAccess
+from stacks.layer import CoreLayer
+from stacks.network import NetworkConstruct
+from stacks.nag import apply_nag
+from stacks.observability import ObservabilityConstruct
+from stacks.pipeline import PipelineConstruct
+from stacks.source import SourceConstruct
+from stacks.staging import STAGING_MOUNT, StagingConstruct
 from stacks.storage import StorageConstruct
 from stacks.sweeper import SweeperConstruct
 from tidemark.config import TidemarkConfig
 from tidemark.config.loader import ENV_JSON
+from tidemark.exceptions import ConfigError
 from tidemark.runtime import ENV_BUCKET, ENV_LEDGER_TABLE, ENV_STAGING_ROOT
 
 ROOT = Path(__file__).resolve().parents[1]
-STAGING_MOUNT = "/mnt/staging"  # where the EFS access point is mounted in every function
+ENV_AGGREGATES_TABLE = "TIDEMARK_AGGREGATES_TABLE"  # jobs/aggregate.py reads it
+#: Lambda allows 4 KB of environment variables per function; leave room for Powertools' own
+MAX_CONFIG_ENV_BYTES = 3 * 1024
 
 DESCRIPTION = "Tidemark: exactly-once archive of Kafka/MSK topics into event-hour S3 objects"
 
 
 class TidemarkStack(Stack):
-    """Storage and the sweeper so far; the archiver functions, networking, EFS, the Spark pipeline
-    and observability join it with the infrastructure work."""
+    """Everything one ``cdk deploy`` stands up. ``root`` is the repository (asset directories)."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, config: TidemarkConfig, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: TidemarkConfig,
+        root: Path = ROOT,
+        layer_cache: Path | None = None,
+        nag: bool = True,
+        **kwargs: Any,
+    ) -> None:
         kwargs.setdefault("description", DESCRIPTION)
         super().__init__(scope, construct_id, **kwargs)
         self.config = config
+        runtime_config = config.runtime_json()
+        if len(runtime_config.encode()) > MAX_CONFIG_ENV_BYTES:
+            raise ConfigError(
+                f"streams: the configuration the functions get is {len(runtime_config.encode())} bytes, "
+                f"above {MAX_CONFIG_ENV_BYTES} (Lambda's 4 KB environment limit); split the streams over two stacks"
+            )
+
+        self.network = NetworkConstruct(self, "Network", settings=config.network)
         self.storage = StorageConstruct(self, "Storage", config=config)
-        # The core package as a layer. Packaging its dependencies for the Lambda platform (pip,
-        # no Docker) comes with the infrastructure work; until then the layer holds the package only.
-        self.core_layer = lambda_.LayerVersion(
-            self,
-            "CoreLayer",
-            code=lambda_.Code.from_asset(str(ROOT / "layers" / "core"), exclude=["**/__pycache__", "*.egg-info"]),
-            compatible_runtimes=[lambda_.Runtime.PYTHON_3_11],
-            description="tidemark core package",
+        self.staging = StagingConstruct(self, "Staging", vpc=self.network.vpc, subnets=self.network.subnets)
+        self.source = SourceConstruct(
+            self, "Source", config=config, vpc=self.network.vpc, subnets=self.network.subnets
+        )
+        self.core_layer = CoreLayer(
+            self, "CoreLayer", root=root, cache_dir=layer_cache or root / ".cache" / "layer"
+        ).layer
+        self.access = ArchiveAccess(self.storage.bucket, self.storage.encryption_key)
+        self.placement = Placement(
+            vpc=self.network.vpc,
+            subnets=self.network.subnets,
+            security_group=self.network.function_security_group,
+            filesystem=self.staging.mount,
         )
         self.function_environment = {
             ENV_BUCKET: self.storage.bucket.bucket_name,
             ENV_LEDGER_TABLE: self.storage.ledger_table.table_name,
             ENV_STAGING_ROOT: STAGING_MOUNT,
-            ENV_JSON: config.model_dump_json(),
+            ENV_JSON: runtime_config,
         }
+        self.archiver = ArchiverConstruct(
+            self,
+            "Archiver",
+            config=config,
+            code_dir=root / "functions" / "archiver",
+            layer=self.core_layer,
+            source=self.source,
+            access=self.access,
+            ledger_table=self.storage.ledger_table,
+            environment=self.function_environment,
+            placement=self.placement,
+        )
         self.sweeper = SweeperConstruct(
             self,
             "Sweeper",
             config=config,
-            code_dir=ROOT / "functions" / "sweeper",
+            code_dir=root / "functions" / "sweeper",
             layer=self.core_layer,
-            bucket=self.storage.bucket,
+            access=self.access,
             ledger_table=self.storage.ledger_table,
             environment=self.function_environment,
+            placement=self.placement,
         )
+        self.pipeline = PipelineConstruct(
+            self,
+            "Pipeline",
+            config=config,
+            root=root,
+            access=self.access,
+            ledger_table=self.storage.ledger_table,
+            aggregates_table=self.storage.aggregates_table,
+            environment={
+                ENV_BUCKET: self.storage.bucket.bucket_name,
+                ENV_LEDGER_TABLE: self.storage.ledger_table.table_name,
+                ENV_AGGREGATES_TABLE: self.storage.aggregates_table.table_name,
+                ENV_JSON: runtime_config,
+            },
+        )
+        self.observability = ObservabilityConstruct(
+            self,
+            "Observability",
+            config=config,
+            archivers=self.archiver.functions,
+            sweeper=self.sweeper.state_machine,
+            file_system=self.staging.file_system,
+            pipeline=self.pipeline.state_machine if self.pipeline.enabled else None,
+            emr_application_id=self.pipeline.application.attr_application_id if self.pipeline.enabled else None,
+        )
+        self._outputs()
+        if nag:
+            apply_nag(self)
 
-        CfnOutput(
-            self,
-            "ArchiveBucketName",
-            value=self.storage.bucket.bucket_name,
-            description="S3 bucket holding the archive (raw/ and errors/ prefixes)",
-        )
-        CfnOutput(
-            self,
-            "LedgerTableName",
-            value=self.storage.ledger_table.table_name,
-            description="DynamoDB table holding the exactly-once ledger",
-        )
+    def _outputs(self) -> None:
+        outputs = {
+            "ArchiveBucketName": (self.storage.bucket.bucket_name, "S3 bucket holding the archive (raw/ and errors/)"),
+            "LedgerTableName": (self.storage.ledger_table.table_name, "DynamoDB table holding the exactly-once ledger"),
+            "AggregatesTableName": (self.storage.aggregates_table.table_name, "DynamoDB table of hourly aggregates"),
+            "SweeperStateMachineArn": (self.sweeper.state_machine.state_machine_arn, "the sweeper workflow"),
+            "AlarmTopicArn": (self.observability.topic.topic_arn, "SNS topic the alarms notify"),
+        }
+        for stream, fn in self.archiver.functions.items():
+            outputs[f"ArchiverFunction{stream.title().replace('-', '').replace('_', '')}"] = (
+                fn.function_name,
+                f"archiver function of stream {stream} (sam local invoke / tidemark invoke)",
+            )
+        if self.pipeline.enabled:
+            outputs["EmrApplicationId"] = (self.pipeline.application.attr_application_id, "EMR Serverless application")
+        for name, (value, description) in outputs.items():
+            CfnOutput(self, name, value=value, description=description)

@@ -162,7 +162,10 @@ def test_bad_cluster_arn_is_named(arn: str) -> None:
 
 def test_msk_source_needs_a_cluster_arn() -> None:
     message = config_error(minimal(source={"topic": "orders"}))
-    assert message == "<config>: streams[0].source: cluster_arn is required when kind is 'msk'"
+    assert message == (
+        "<config>: streams[0].source.cluster_arn is required when kind is 'msk' "
+        "(or set dev_cluster.enabled to read from a dev MSK Serverless cluster)"
+    )
 
 
 def test_self_managed_source_needs_bootstrap_servers() -> None:

@@ -16,7 +16,8 @@ from aws_cdk.assertions import Capture, Match, Template
 
 import app as cdk_app
 from stacks.storage import LEDGER_TTL_ATTRIBUTE, StorageConstruct, ledger_table_keys
-from stacks.tidemark_stack import TidemarkStack
+from tests.support.cdk import cdk_context as support_cdk_context
+from tests.support.cdk import logical_id, synth_stack
 from tidemark.config import TidemarkConfig
 from tidemark.exceptions import ConfigError
 from tidemark.ledger.dynamodb import ledger_table_schema
@@ -51,9 +52,8 @@ def by_name(items: list[dict[str, str]]) -> list[dict[str, str]]:
 
 @pytest.fixture
 def cdk_context() -> dict[str, Any]:
-    """The context the CDK CLI passes from cdk.json, so tests synthesize with the same feature flags."""
-    context: dict[str, Any] = json.loads(CDK_JSON.read_text(encoding="utf-8"))["context"]
-    return context
+    """The context the CDK CLI passes from cdk.json (same feature flags), bundling skipped."""
+    return support_cdk_context()
 
 
 @pytest.fixture
@@ -79,7 +79,7 @@ def test_table_keys_match_ledger_table_schema(template: Template) -> None:
 
 
 def test_table_is_on_demand_with_pitr_and_ttl(template: Template) -> None:
-    template.resource_count_is("AWS::DynamoDB::Table", 1)
+    template.resource_count_is("AWS::DynamoDB::Table", 2)  # the ledger and the aggregates
     template.has_resource_properties(
         "AWS::DynamoDB::Table",
         {
@@ -92,8 +92,21 @@ def test_table_is_on_demand_with_pitr_and_ttl(template: Template) -> None:
     assert LEDGER_TTL_ATTRIBUTE == "expires_at"
 
 
-def test_table_is_retained(template: Template) -> None:
-    template.has_resource("AWS::DynamoDB::Table", {"DeletionPolicy": "Retain", "UpdateReplacePolicy": "Retain"})
+def test_tables_are_retained(template: Template) -> None:
+    tables = template.find_resources("AWS::DynamoDB::Table")
+    assert len(tables) == 2
+    assert all((t["DeletionPolicy"], t["UpdateReplacePolicy"]) == ("Retain", "Retain") for t in tables.values())
+
+
+def test_aggregates_table_has_the_sinks_keys_and_pitr_without_ttl(
+    storage_stack: tuple[Stack, StorageConstruct], template: Template
+) -> None:
+    _, storage = storage_stack
+    aggregates = template.find_resources("AWS::DynamoDB::Table")[logical_id(storage.aggregates_table)]["Properties"]
+    assert aggregates["KeySchema"] == SCHEMA["KeySchema"]
+    assert aggregates["BillingMode"] == "PAY_PER_REQUEST"
+    assert aggregates["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+    assert "TimeToLiveSpecification" not in aggregates
 
 
 # --- archive bucket -----------------------------------------------------------------------------
@@ -123,7 +136,7 @@ def test_bucket_is_encrypted_with_its_own_rotating_kms_key(template: Template) -
 
 
 def test_bucket_blocks_all_public_access(template: Template) -> None:
-    template.has_resource_properties(
+    template.resource_properties_count_is(
         "AWS::S3::Bucket",
         {
             "PublicAccessBlockConfiguration": {
@@ -133,11 +146,14 @@ def test_bucket_blocks_all_public_access(template: Template) -> None:
                 "RestrictPublicBuckets": True,
             }
         },
+        2,  # the archive bucket and its access-log bucket
     )
 
 
-def test_bucket_policy_denies_insecure_transport(template: Template) -> None:
-    bucket_id = only_logical_id(template, "AWS::S3::Bucket")
+def test_bucket_policy_denies_insecure_transport(
+    storage_stack: tuple[Stack, StorageConstruct], template: Template
+) -> None:
+    bucket_id = logical_id(storage_stack[1].bucket)
     template.has_resource_properties(
         "AWS::S3::BucketPolicy",
         {
@@ -177,16 +193,36 @@ def test_bucket_aborts_incomplete_multipart_uploads_after_one_day(template: Temp
     )
 
 
-def test_bucket_is_unversioned_and_retained(template: Template) -> None:
-    template.resource_count_is("AWS::S3::Bucket", 1)
-    template.has_resource(
-        "AWS::S3::Bucket",
-        {
-            "Properties": Match.object_like({"VersioningConfiguration": Match.absent()}),
-            "DeletionPolicy": "Retain",
-            "UpdateReplacePolicy": "Retain",
-        },
-    )
+def test_bucket_is_unversioned_and_retained(storage_stack: tuple[Stack, StorageConstruct], template: Template) -> None:
+    bucket = template.find_resources("AWS::S3::Bucket")[logical_id(storage_stack[1].bucket)]
+    assert "VersioningConfiguration" not in bucket["Properties"]
+    assert (bucket["DeletionPolicy"], bucket["UpdateReplacePolicy"]) == ("Retain", "Retain")
+
+
+def test_bucket_logs_access_to_its_own_log_bucket(
+    storage_stack: tuple[Stack, StorageConstruct], template: Template
+) -> None:
+    buckets = template.find_resources("AWS::S3::Bucket")
+    archive = buckets[logical_id(storage_stack[1].bucket)]["Properties"]
+    (logs_id,) = set(buckets) - {logical_id(storage_stack[1].bucket)}
+    assert archive["LoggingConfiguration"] == {
+        "DestinationBucketName": {"Ref": logs_id},
+        "LogFilePrefix": "archive-bucket/",
+    }
+
+
+def test_transitions_from_config_apply_to_raw_and_errors_only(
+    storage_stack: tuple[Stack, StorageConstruct], template: Template
+) -> None:
+    rules = template.find_resources("AWS::S3::Bucket")[logical_id(storage_stack[1].bucket)]["Properties"][
+        "LifecycleConfiguration"
+    ]["Rules"]
+    transitions = {rule["Prefix"]: rule["Transitions"] for rule in rules if "Transitions" in rule}
+    expected = [
+        {"StorageClass": "STANDARD_IA", "TransitionInDays": 30},
+        {"StorageClass": "GLACIER_IR", "TransitionInDays": 90},
+    ]
+    assert transitions == {"raw/": expected, "errors/": expected}
 
 
 # --- construct API ------------------------------------------------------------------------------
@@ -196,8 +232,10 @@ def test_properties_expose_the_synthesized_resources(
     storage_stack: tuple[Stack, StorageConstruct], template: Template, example_config: TidemarkConfig
 ) -> None:
     stack, storage = storage_stack
-    assert stack.resolve(storage.bucket.bucket_name) == {"Ref": only_logical_id(template, "AWS::S3::Bucket")}
-    assert stack.resolve(storage.ledger_table.table_name) == {"Ref": only_logical_id(template, "AWS::DynamoDB::Table")}
+    tables = template.find_resources("AWS::DynamoDB::Table")
+    ledger_id = next(lid for lid, t in tables.items() if "TimeToLiveSpecification" in t["Properties"])
+    assert stack.resolve(storage.ledger_table.table_name) == {"Ref": ledger_id}
+    assert stack.resolve(storage.bucket.bucket_name)["Ref"] in template.find_resources("AWS::S3::Bucket")
     assert storage.config is example_config
 
 
@@ -245,12 +283,11 @@ def test_ledger_table_keys_rejects_a_key_that_is_the_ttl_attribute() -> None:
 # --- stack and app ------------------------------------------------------------------------------
 
 
-def test_stack_outputs_name_the_bucket_and_the_table(example_config: TidemarkConfig) -> None:
-    template = Template.from_stack(TidemarkStack(App(), "Tidemark", config=example_config))
-    bucket_id = only_logical_id(template, "AWS::S3::Bucket")
-    table_id = only_logical_id(template, "AWS::DynamoDB::Table")
-    template.has_output("ArchiveBucketName", {"Value": {"Ref": bucket_id}})
-    template.has_output("LedgerTableName", {"Value": {"Ref": table_id}})
+def test_stack_outputs_name_the_bucket_and_the_tables(example_config: TidemarkConfig) -> None:
+    stack, template = synth_stack(example_config, nag=False)
+    template.has_output("ArchiveBucketName", {"Value": {"Ref": logical_id(stack.storage.bucket)}})
+    template.has_output("LedgerTableName", {"Value": {"Ref": logical_id(stack.storage.ledger_table)}})
+    template.has_output("AggregatesTableName", {"Value": {"Ref": logical_id(stack.storage.aggregates_table)}})
 
 
 def test_cdk_json_runs_app_py_on_the_example_config(cdk_context: dict[str, Any]) -> None:

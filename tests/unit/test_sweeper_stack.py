@@ -11,8 +11,13 @@ from aws_cdk import App, Stack
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk.assertions import Capture, Match, Template
 
+from stacks.functions import Placement
+from stacks.grants import ArchiveAccess
+from stacks.network import NetworkConstruct
+from stacks.staging import StagingConstruct
 from stacks.storage import StorageConstruct
 from stacks.sweeper import SweeperConstruct
+from tests.support.cdk import cdk_context
 from tidemark.config import TidemarkConfig
 from tidemark.exceptions import ConfigError
 
@@ -20,8 +25,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def build(config: TidemarkConfig, code_dir: Path = REPO / "functions" / "sweeper") -> Stack:
-    stack = Stack(App(), "Test")
+    """The sweeper in a bare stack with the storage, network and staging it needs."""
+    stack = Stack(App(context=cdk_context()), "Test")
     storage = StorageConstruct(stack, "Storage", config=config)
+    network = NetworkConstruct(stack, "Network", settings=config.network)
+    staging = StagingConstruct(stack, "Staging", vpc=network.vpc, subnets=network.subnets)
     layer = lambda_.LayerVersion(stack, "Layer", code=lambda_.Code.from_asset(str(REPO / "layers" / "core")))
     SweeperConstruct(
         stack,
@@ -29,9 +37,15 @@ def build(config: TidemarkConfig, code_dir: Path = REPO / "functions" / "sweeper
         config=config,
         code_dir=code_dir,
         layer=layer,
-        bucket=storage.bucket,
+        access=ArchiveAccess(storage.bucket, storage.encryption_key),
         ledger_table=storage.ledger_table,
         environment={"TIDEMARK_STAGING_ROOT": "/mnt/staging"},
+        placement=Placement(
+            vpc=network.vpc,
+            subnets=network.subnets,
+            security_group=network.function_security_group,
+            filesystem=staging.mount,
+        ),
     )
     return stack
 
@@ -43,7 +57,8 @@ def template(example_config: TidemarkConfig) -> Template:
 
 def test_one_function_per_step_from_the_sweeper_code(template: Template) -> None:
     functions = template.find_resources("AWS::Lambda::Function")
-    handlers = sorted(fn["Properties"]["Handler"] for fn in functions.values())
+    # (CDK's own custom resource that empties the VPC's default security group is the other one)
+    handlers = sorted(fn["Properties"]["Handler"] for fn in functions.values() if fn["Properties"]["Handler"] != "__entrypoint__.handler")
     assert handlers == [
         "handler.complete_hours",
         "handler.list_partitions",
@@ -56,6 +71,8 @@ def test_one_function_per_step_from_the_sweeper_code(template: Template) -> None
             "Handler": "handler.sweep_partition",
             "Runtime": "python3.11",
             "Timeout": 270,  # ends well within one sweeper interval (5 minutes)
+            "FileSystemConfigs": [Match.object_like({"LocalMountPath": "/mnt/staging"})],
+            "VpcConfig": Match.object_like({"SubnetIds": Match.any_value()}),
             "Environment": {"Variables": Match.object_like({"TIDEMARK_STAGING_ROOT": "/mnt/staging"})},
         },
     )
@@ -118,9 +135,19 @@ def actions(statements: list[dict[str, Any]]) -> set[str]:
 
 def test_reconciliation_can_read_but_never_write_or_delete_objects(template: Template) -> None:
     granted = actions(statements_of(template, "handler.reconcile"))
-    assert "s3:GetObject*" in granted and "s3:List*" in granted
+    assert {"s3:GetObject", "s3:ListBucket"} <= granted
     assert not {a for a in granted if a.startswith("s3:") and ("Put" in a or "Delete" in a)}
     assert "*" not in granted
+
+
+def test_reconciliation_lists_only_the_streams_folders(template: Template) -> None:
+    (listing,) = [s for s in statements_of(template, "handler.reconcile") if s["Action"] == "s3:ListBucket"]
+    assert sorted(listing["Condition"]["StringLike"]["s3:prefix"]) == [
+        "errors/orders/",
+        "errors/orders/*",
+        "raw/orders/",
+        "raw/orders/*",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -129,7 +156,7 @@ def test_reconciliation_can_read_but_never_write_or_delete_objects(template: Tem
 )
 def test_no_step_can_delete_objects_or_ledger_items_or_scan(template: Template, handler: str) -> None:
     granted = actions(statements_of(template, handler))
-    assert not {a for a in granted if "Delete" in a}, granted
+    assert not {a for a in granted if a.startswith(("s3:", "dynamodb:")) and "Delete" in a}, granted
     assert not {"dynamodb:Scan", "dynamodb:BatchWriteItem", "*"} & granted
     assert {"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Query"} <= granted
 

@@ -13,6 +13,14 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ByteSize, ConfigDict, Field, field_validator, model_validator
 
+from tidemark.config.deployment import (
+    AlarmSettings,
+    ArchiverFunctionSettings,
+    DevClusterSettings,
+    NetworkSettings,
+    PipelineSettings,
+    StorageTransition,
+)
 from tidemark.config.units import Bytes, Duration, to_ms
 from tidemark.names import S3_PREFIX, STREAM_NAME, TOPIC_NAME
 
@@ -48,8 +56,7 @@ class SourceConfig(_Model):
 
     @model_validator(mode="after")
     def _source_kind(self) -> SourceConfig:
-        if self.kind == "msk" and self.cluster_arn is None:
-            raise ValueError("cluster_arn is required when kind is 'msk'")
+        # An msk source without cluster_arn reads from the dev cluster; TidemarkConfig checks that.
         if self.kind == "kafka" and not self.bootstrap_servers:
             raise ValueError("bootstrap_servers is required when kind is 'kafka'")
         return self
@@ -193,6 +200,7 @@ class StreamConfig(_Model):
     dead_letter: DeadLetterConfig = DeadLetterConfig()
     aggregations: list[AggregationConfig] = Field(default_factory=list)
     completeness: CompletenessConfig = CompletenessConfig()
+    archiver: ArchiverFunctionSettings = ArchiverFunctionSettings()
 
     @model_validator(mode="after")
     def _json_needs_json(self) -> StreamConfig:
@@ -214,6 +222,16 @@ class ArchiveSettings(_Model):
     multipart_threshold: Bytes = Field(default=ByteSize(16 * MiB), ge=5 * MiB)
     multipart_chunksize: Bytes = Field(default=ByteSize(8 * MiB), ge=5 * MiB)
     max_accept_attempts: int = Field(default=5, ge=1, le=50)
+    #: storage-class transitions of archived objects (raw/ and errors/), in ascending order
+    transitions: list[StorageTransition] = Field(default_factory=list)
+
+    @field_validator("transitions")
+    @classmethod
+    def _ascending(cls, value: list[StorageTransition]) -> list[StorageTransition]:
+        days = [transition.days for transition in value]
+        if days != sorted(set(days)):
+            raise ValueError(f"transitions must be in ascending order of 'after', without repeats, got days {days}")
+        return value
 
     @field_validator("segment_grace")
     @classmethod
@@ -264,6 +282,11 @@ class TidemarkConfig(_Model):
     archive: ArchiveSettings = ArchiveSettings()
     sweeper: SweeperSettings = SweeperSettings()
     streams: list[StreamConfig] = Field(min_length=1)
+    # Deployment-only sections (tidemark.config.deployment): the CDK app reads them, nothing else.
+    network: NetworkSettings = NetworkSettings()
+    dev_cluster: DevClusterSettings = DevClusterSettings()
+    pipeline: PipelineSettings = PipelineSettings()
+    alarms: AlarmSettings = AlarmSettings()
 
     @model_validator(mode="after")
     def _unique(self) -> TidemarkConfig:
@@ -277,12 +300,30 @@ class TidemarkConfig(_Model):
         if len(set(prefixes)) != len(prefixes):
             raise ValueError("archive.raw_prefix, archive.errors_prefix and sweeper.manifests_prefix must differ")
         for index, stream in enumerate(self.streams):
+            source = stream.source
+            if source.kind == "msk" and source.cluster_arn is None and not self.dev_cluster.enabled:
+                raise ValueError(
+                    f"streams[{index}].source.cluster_arn is required when kind is 'msk' "
+                    "(or set dev_cluster.enabled to read from a dev MSK Serverless cluster)"
+                )
             if stream.flush.max_age < self.sweeper.interval:
                 raise ValueError(
                     f"streams[{index}].flush.max_age ({stream.flush.max_age}) is shorter than sweeper.interval "
                     f"({self.sweeper.interval}): a quiet partition's buffer would wait up to the interval anyway"
                 )
         return self
+
+    def runtime_json(self) -> str:
+        """The configuration as the Lambdas and the Spark job get it: without the deployment-only
+        sections, which keeps it small (Lambda allows 4 KB of environment in all)."""
+        return self.model_dump_json(
+            exclude={
+                "network": True,
+                "pipeline": True,
+                "alarms": True,
+                "streams": {"__all__": {"archiver"}},
+            }
+        )
 
     def stream(self, name: str) -> StreamConfig:
         for stream in self.streams:

@@ -1,0 +1,140 @@
+"""The archiver: one Lambda function per stream, fed by an MSK event source mapping.
+
+    MSK topic ──ESM (batch size, window, starting position, group)──▶ archiver(stream) ──▶ EFS, ledger, S3
+
+A function per stream keeps each stream's grants to its own topic, group and key prefixes, and
+lets streams be sized and throttled apart. The mapping commits a batch's offsets only after the
+function returned (invariant 6); a failing batch is retried until it succeeds unless the stream
+sets ``archiver.retry_attempts``, and then its records go to the on-failure destination, the
+bucket's ``aws/lambda/`` prefix, so nothing is lost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import jsii
+from aws_cdk import Duration
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from constructs import Construct
+
+from stacks.functions import Placement, TidemarkFunction
+from stacks.grants import ArchiveAccess, grant_ledger, stream_prefixes
+from stacks.source import SourceConstruct, consumer_group_id
+from tidemark.config import StreamConfig, TidemarkConfig
+from tidemark.exceptions import ConfigError
+
+#: where the mapping writes a batch it gave up on (Lambda names the keys below it)
+ON_FAILURE_PREFIX = "aws/lambda"
+
+
+@jsii.implements(lambda_.IEventSourceDlq)
+class PrefixScopedS3OnFailure:
+    """The archive bucket as the mapping's on-failure destination, granted on ``aws/lambda/*`` only
+    (CDK's ``S3OnFailureDestination`` grants read and write on the whole bucket)."""
+
+    def __init__(self, access: ArchiveAccess) -> None:
+        self.access = access
+
+    def bind(self, _target: lambda_.IEventSourceMapping, target_handler: lambda_.IFunction) -> lambda_.DlqDestinationConfig:
+        self.access.put(target_handler, [ON_FAILURE_PREFIX])
+        target_handler.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["s3:ListBucket"],
+                resources=[self.access.bucket.bucket_arn],
+                conditions={"StringLike": {"s3:prefix": [f"{ON_FAILURE_PREFIX}/*"]}},
+            )
+        )
+        return lambda_.DlqDestinationConfig(destination=self.access.bucket.bucket_arn)
+
+
+class ArchiverConstruct(Construct):
+    """The archiver function and event source mapping of every stream (``functions[name]``)."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: TidemarkConfig,
+        code_dir: Path,
+        layer: lambda_.ILayerVersion,
+        source: SourceConstruct,
+        access: ArchiveAccess,
+        ledger_table: dynamodb.ITable,
+        environment: Mapping[str, str],
+        placement: Placement,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        if not (code_dir / "handler.py").is_file():
+            raise ConfigError(f"archiver code directory {code_dir} has no handler.py")
+        code = lambda_.Code.from_asset(str(code_dir), exclude=["**/__pycache__"])
+        self.functions: dict[str, lambda_.Function] = {}
+        self.mappings: dict[str, lambda_.EventSourceMapping] = {}
+        for index, stream in enumerate(config.streams):
+            if stream.source.batching_window.total_seconds() % 1:
+                raise ConfigError(
+                    f"streams[{index}].source.batching_window: the event source mapping takes whole seconds, "
+                    f"got {stream.source.batching_window}"
+                )
+            fn = self._function(stream, code, layer, environment, placement)
+            grant_ledger(ledger_table, fn)
+            access.put(fn, stream_prefixes(config.archive.raw_prefix, config.archive.errors_prefix, stream.name))
+            for statement in source.read_statements(stream):
+                fn.add_to_role_policy(statement)
+            self.mappings[stream.name] = self._mapping(stream, fn, source, access)
+            self.functions[stream.name] = fn
+
+    def _function(
+        self,
+        stream: StreamConfig,
+        code: lambda_.Code,
+        layer: lambda_.ILayerVersion,
+        environment: Mapping[str, str],
+        placement: Placement,
+    ) -> lambda_.Function:
+        settings = stream.archiver
+        return TidemarkFunction(
+            self,
+            f"Archiver-{stream.name}",
+            handler="handler.lambda_handler",
+            code=code,
+            layer=layer,
+            environment={**environment, "POWERTOOLS_SERVICE_NAME": "tidemark-archiver"},
+            placement=placement,
+            timeout=Duration.seconds(int(settings.timeout.total_seconds())),
+            memory_mb=settings.memory_mb,
+            reserved_concurrency=settings.reserved_concurrency,
+            description=f"archives topic {stream.source.topic} into stream {stream.name}",
+        ).function
+
+    def _mapping(
+        self, stream: StreamConfig, fn: lambda_.Function, source: SourceConstruct, access: ArchiveAccess
+    ) -> lambda_.EventSourceMapping:
+        settings, src = stream.archiver, stream.source
+        pollers = settings.provisioned_pollers
+        return lambda_.EventSourceMapping(
+            self,
+            f"Mapping-{stream.name}",
+            target=fn,
+            event_source_arn=source.cluster_arn(stream),
+            kafka_topic=src.topic,
+            kafka_consumer_group_id=consumer_group_id(stream),
+            batch_size=src.batch_size,
+            max_batching_window=Duration.seconds(int(src.batching_window.total_seconds())),
+            starting_position=lambda_.StartingPosition[src.starting_position],
+            on_failure=PrefixScopedS3OnFailure(access),
+            support_s3_on_failure_destination=True,
+            retry_attempts=settings.retry_attempts,
+            provisioned_poller_config=(
+                lambda_.ProvisionedPollerConfig(minimum_pollers=pollers.minimum, maximum_pollers=pollers.maximum)
+                if pollers
+                else None
+            ),
+            metrics_config=lambda_.MetricsConfig(
+                metrics=[lambda_.MetricType.EVENT_COUNT, lambda_.MetricType.ERROR_COUNT, lambda_.MetricType.KAFKA_METRICS]
+            ),
+        )

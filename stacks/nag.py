@@ -1,0 +1,92 @@
+"""cdk-nag AwsSolutions checks on the stack, with every suppression and its reason in one place.
+
+Suppressions are attached to the constructs they concern (found by type, not by path) and name
+the exact finding (``applies_to``) where cdk-nag supports it, so a new wildcard elsewhere still
+fails the checks.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import Aspects, Stack
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_stepfunctions as sfn
+from cdk_nag import AwsSolutionsChecks, NagPackSuppression, NagSuppressions
+from constructs import IConstruct
+
+from stacks.functions import TidemarkFunction
+
+#: object grants scoped to a key prefix of the archive bucket (raw/<stream>/*, manifests/*, ...)
+ARCHIVE_PREFIX_OBJECTS = {"regex": "/^Resource::<[A-Za-z0-9]*ArchiveBucket[A-Za-z0-9]*\\.Arn>\\/.+\\/\\*$/g"}
+#: lambda:InvokeFunction on a function's versions and aliases (what LambdaInvoke grants)
+FUNCTION_VERSIONS = {"regex": "/^Resource::<[A-Za-z0-9]+Function[A-Za-z0-9]*\\.Arn>:\\*$/g"}
+JOB_RUNS = {"regex": "/^Resource::arn:<AWS::Partition>:emr-serverless:.*\\/jobruns\\/\\*$/g"}
+
+PREFIX_REASON = (
+    "Object-level S3 actions scoped to one key prefix of the archive bucket (a stream's raw/ or errors/ "
+    "folder, the manifests folder or the mapping's aws/lambda/ on-failure folder); keys below it are made at run time."
+)
+STAR_FUNCTION_REASON = (
+    "Resource '*' only for actions without resource-level permissions: the VPC network interface actions "
+    "Lambda needs (ec2:CreateNetworkInterface/Describe*/Delete*/Assign*/Unassign*), the MSK mapping's "
+    "ec2:DescribeVpcs/DescribeSecurityGroups, and X-Ray's PutTraceSegments/PutTelemetryRecords."
+)
+
+
+def _suppress(construct: IConstruct, rule: str, reason: str, *applies_to: object) -> None:
+    NagSuppressions.add_resource_suppressions(
+        construct,
+        [NagPackSuppression(id=rule, reason=reason, applies_to=list(applies_to) or None)],  # type: ignore[arg-type]
+        apply_to_children=True,
+    )
+
+
+def apply_nag(stack: Stack) -> None:
+    Aspects.of(stack).add(AwsSolutionsChecks(verbose=True))
+    for construct in stack.node.find_all():
+        if isinstance(construct, TidemarkFunction):
+            _suppress(
+                construct.function,
+                "AwsSolutions-L1",
+                "Pinned to Python 3.11 on purpose: the core layer's wheels are built for cp311, the interpreter "
+                "the test suite runs on; moving the runtime is a deliberate change of both.",
+            )
+            _suppress(construct.role, "AwsSolutions-IAM5", STAR_FUNCTION_REASON, "Resource::*")
+            _suppress(construct.role, "AwsSolutions-IAM5", PREFIX_REASON, ARCHIVE_PREFIX_OBJECTS)
+        elif isinstance(construct, sfn.StateMachine):
+            _suppress(
+                construct.role,
+                "AwsSolutions-IAM5",
+                "Resource '*' only for X-Ray (PutTraceSegments, PutTelemetryRecords, GetSampling*) and CloudWatch "
+                "Logs delivery (logs:*LogDelivery*, DescribeResourcePolicies, DescribeLogGroups), which have no "
+                "resource-level permissions.",
+                "Resource::*",
+            )
+            _suppress(
+                construct.role,
+                "AwsSolutions-IAM5",
+                "lambda:InvokeFunction on the step's own function, including its versions and aliases.",
+                FUNCTION_VERSIONS,
+            )
+            _suppress(
+                construct.role,
+                "AwsSolutions-IAM5",
+                "GetJobRun/CancelJobRun on the job runs of Tidemark's own application; run ids are made per run.",
+                JOB_RUNS,
+            )
+        elif isinstance(construct, ec2.InterfaceVpcEndpoint):
+            _suppress(
+                construct,
+                "CdkNagValidationFailure",
+                "The endpoint's security group admits HTTPS from the VPC's own CIDR block, a token cdk-nag "
+                "cannot evaluate (AwsSolutions-EC23); it is never 0.0.0.0/0.",
+            )
+        elif isinstance(construct, s3.Bucket) and construct.node.id == "AccessLogsBucket":
+            _suppress(
+                construct,
+                "AwsSolutions-S1",
+                "This is the access-log bucket of the archive bucket; logging it to itself would log its own writes.",
+            )
+        elif isinstance(construct, iam.Role) and construct.node.id == "JobRole":
+            _suppress(construct, "AwsSolutions-IAM5", PREFIX_REASON, ARCHIVE_PREFIX_OBJECTS)

@@ -1,0 +1,271 @@
+"""Observability: a CloudWatch dashboard per stream, alarms, and the SNS topic they notify.
+
+Tidemark's own metrics are Powertools EMF metrics in the ``Tidemark`` namespace, dimensioned by
+``service`` (``tidemark-archiver`` / ``tidemark-sweeper``) and, where they belong to one stream,
+``stream``. The rest are AWS's: Lambda (errors, throttles, duration, the MSK mapping's
+``OffsetLag``), EFS ``StorageBytes``, Step Functions executions and EMR Serverless job counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from aws_cdk import Duration
+from aws_cdk import aws_cloudwatch as cw
+from aws_cdk import aws_cloudwatch_actions as cw_actions
+from aws_cdk import aws_efs as efs
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sns_subscriptions as subscriptions
+from aws_cdk import aws_stepfunctions as sfn
+from constructs import Construct
+
+from tidemark.config import StreamConfig, TidemarkConfig
+
+NAMESPACE = "Tidemark"
+ARCHIVER = "tidemark-archiver"
+SWEEPER = "tidemark-sweeper"
+PERIOD = Duration.minutes(5)
+
+
+def tidemark_metric(name: str, service: str, *, stream: str | None = None, statistic: str = "Sum") -> cw.Metric:
+    dimensions = {"service": service}
+    if stream is not None:
+        dimensions["stream"] = stream
+    return cw.Metric(
+        namespace=NAMESPACE, metric_name=name, dimensions_map=dimensions, statistic=statistic, period=PERIOD
+    )
+
+
+class ObservabilityConstruct(Construct):
+    """``topic`` (alarm notifications), ``dashboards[stream]`` and ``alarms[stream]``."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: TidemarkConfig,
+        archivers: Mapping[str, lambda_.IFunction],
+        sweeper: sfn.IStateMachine,
+        file_system: efs.IFileSystem,
+        pipeline: sfn.IStateMachine | None = None,
+        emr_application_id: str | None = None,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        missing = [stream.name for stream in config.streams if stream.name not in archivers]
+        if missing:
+            raise ValueError(f"observability needs the archiver function of every stream; missing {missing}")
+        key = kms.Key(self, "TopicKey", enable_key_rotation=True, description="Encrypts Tidemark alarm notifications")
+        self.topic = sns.Topic(self, "AlarmTopic", master_key=key, enforce_ssl=True, display_name="Tidemark alarms")
+        # CloudWatch publishes to the encrypted topic with the key (the topic's own grant is not enough).
+        key.add_to_resource_policy(
+            iam.PolicyStatement(
+                actions=["kms:Decrypt", "kms:GenerateDataKey"],
+                principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
+                resources=["*"],  # in a key policy, "*" means this key
+            )
+        )
+        for address in config.alarms.emails:
+            self.topic.add_subscription(subscriptions.EmailSubscription(address))
+        self._action = cw_actions.SnsAction(self.topic)
+        self._config = config
+        self._sweeper = sweeper
+        self._pipeline = pipeline
+        self._emr_application_id = emr_application_id
+        self._file_system = file_system
+        self.dashboards: dict[str, cw.Dashboard] = {}
+        self.alarms: dict[str, list[cw.Alarm]] = {}
+        for stream in config.streams:
+            self.alarms[stream.name] = self._stream_alarms(stream, archivers[stream.name])
+            self.dashboards[stream.name] = self._dashboard(stream, archivers[stream.name])
+        self.shared_alarms = self._shared_alarms()
+
+    # -- alarms ----------------------------------------------------------------------------
+
+    def _alarm(self, construct_id: str, metric: cw.IMetric, description: str, *, periods: int = 1) -> cw.Alarm:
+        alarm = cw.Alarm(
+            self,
+            construct_id,
+            metric=metric,
+            threshold=0,
+            comparison_operator=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            evaluation_periods=periods,
+            datapoints_to_alarm=periods,
+            treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+            alarm_description=description,
+        )
+        alarm.add_alarm_action(self._action)
+        return alarm
+
+    def _stream_alarms(self, stream: StreamConfig, fn: lambda_.IFunction) -> list[cw.Alarm]:
+        settings = self._config.alarms
+        lag = fn.metric("OffsetLag", statistic="Maximum", period=PERIOD)
+        # Above the threshold *and* still growing: a backlog that is draining is not an incident.
+        lag_growing = cw.MathExpression(
+            expression=f"IF(lag > {settings.offset_lag} AND DIFF(lag) > 0, 1, 0)",
+            using_metrics={"lag": lag},
+            period=PERIOD,
+            label="offset lag above threshold and growing",
+        )
+        name = stream.name
+        return [
+            self._alarm(
+                f"LagGrowing-{name}",
+                lag_growing,
+                f"{name}: the MSK mapping's offset lag is above {settings.offset_lag} and grew for "
+                f"{settings.evaluation_periods} periods",
+                periods=settings.evaluation_periods,
+            ),
+            self._alarm(
+                f"ArchiverErrors-{name}",
+                fn.metric_errors(period=PERIOD),
+                f"{name}: archiver invocations failed (the batch is retried; offsets do not advance)",
+                periods=settings.evaluation_periods,
+            ),
+            self._alarm(
+                f"DeadLetters-{name}",
+                tidemark_metric("DeadLettered", ARCHIVER, stream=name),
+                f"{name}: records were dead-lettered (see errors/{name}/ in the bucket)",
+            ),
+        ]
+
+    def _shared_alarms(self) -> list[cw.Alarm]:
+        alarms = [
+            self._alarm(
+                "ReconciliationFindings",
+                tidemark_metric("ReconciliationFindings", SWEEPER),
+                "the ledger and the bucket disagree (see the Reconcile step's ERROR log lines)",
+            ),
+            self._alarm(
+                "SweeperFailures",
+                cw.MathExpression(
+                    expression="failed + timedout",
+                    using_metrics={
+                        "failed": self._sweeper.metric_failed(period=PERIOD),
+                        "timedout": self._sweeper.metric_timed_out(period=PERIOD),
+                    },
+                    period=PERIOD,
+                ),
+                "a sweeper execution failed or timed out",
+            ),
+        ]
+        if self._pipeline is not None:
+            alarms.append(
+                self._alarm(
+                    "AggregationFailures",
+                    cw.MathExpression(
+                        expression="failed + timedout",
+                        using_metrics={
+                            "failed": self._pipeline.metric_failed(period=PERIOD),
+                            "timedout": self._pipeline.metric_timed_out(period=PERIOD),
+                        },
+                        period=PERIOD,
+                    ),
+                    "an aggregation job run failed or timed out (its hours stay dirty and are retried)",
+                )
+            )
+        return alarms
+
+    # -- dashboard -------------------------------------------------------------------------
+
+    def _dashboard(self, stream: StreamConfig, fn: lambda_.IFunction) -> cw.Dashboard:
+        name = stream.name
+
+        def graph(title: str, metrics: list[cw.IMetric], **kwargs: object) -> cw.GraphWidget:
+            return cw.GraphWidget(title=title, left=metrics, width=8, height=6, **kwargs)  # type: ignore[arg-type]
+
+        def archiver(metric: str, label: str, statistic: str = "Sum") -> cw.Metric:
+            return tidemark_metric(metric, ARCHIVER, stream=name, statistic=statistic).with_(label=label)
+
+        def sweeper(metric: str, label: str) -> cw.Metric:
+            return tidemark_metric(metric, SWEEPER, stream=name).with_(label=label)
+
+        dashboard = cw.Dashboard(self, f"Dashboard-{name}", default_interval=Duration.hours(6))
+        dashboard.add_widgets(
+            graph("Records in", [archiver("RecordsIn", "records in")]),
+            graph("Duplicates dropped", [archiver("DuplicatesDropped", "duplicates dropped")]),
+            graph("Dead-lettered", [archiver("DeadLettered", "dead-lettered")]),
+        )
+        dashboard.add_widgets(
+            graph("Bytes staged", [archiver("BytesStaged", "bytes staged")]),
+            graph(
+                "Objects committed",
+                [archiver("ObjectsCommitted", "by the archiver"), sweeper("SweeperObjectsCommitted", "by the sweeper")],
+            ),
+            graph(
+                "Flush latency",
+                [
+                    archiver("FlushLatency", "p50", statistic="p50"),
+                    archiver("FlushLatency", "p99", statistic="p99"),
+                ],
+            ),
+        )
+        dashboard.add_widgets(
+            graph("ESM offset lag", [fn.metric("OffsetLag", statistic="Maximum", period=PERIOD, label="max lag")]),
+            graph(
+                "Archiver errors and throttles",
+                [
+                    fn.metric_errors(period=PERIOD, label="errors"),
+                    fn.metric_throttles(period=PERIOD, label="throttles"),
+                ],
+            ),
+            graph(
+                "Archiver duration",
+                [
+                    fn.metric_duration(period=PERIOD, statistic="p50", label="p50"),
+                    fn.metric_duration(period=PERIOD, statistic="p99", label="p99"),
+                ],
+            ),
+        )
+        dashboard.add_widgets(
+            graph(
+                "Sweeper recoveries",
+                [
+                    sweeper("SweeperFlushesResumed", "sealed flushes resumed"),
+                    sweeper("SweeperGarbageDeleted", "orphan segments deleted"),
+                ],
+            ),
+            graph(
+                "Reconciliation findings",
+                [tidemark_metric("ReconciliationFindings", SWEEPER).with_(label="findings (all streams)")],
+            ),
+            graph(
+                "EFS storage bytes",
+                [
+                    cw.Metric(
+                        namespace="AWS/EFS",
+                        metric_name="StorageBytes",
+                        dimensions_map={"FileSystemId": self._file_system.file_system_id, "StorageClass": "Total"},
+                        statistic="Average",
+                        period=Duration.minutes(15),
+                        label="staged bytes",
+                    )
+                ],
+            ),
+        )
+        dashboard.add_widgets(graph("Spark job outcomes", self._job_metrics()))
+        return dashboard
+
+    def _job_metrics(self) -> list[cw.IMetric]:
+        if self._pipeline is None:
+            return [self._sweeper.metric_succeeded(period=PERIOD, label="sweeper runs (no aggregations configured)")]
+        metrics: list[cw.IMetric] = [
+            self._pipeline.metric_succeeded(period=PERIOD, label="scheduled runs succeeded"),
+            self._pipeline.metric_failed(period=PERIOD, label="scheduled runs failed"),
+        ]
+        if self._emr_application_id is not None:
+            for metric, label in (("SuccessJobs", "job runs succeeded"), ("FailedJobs", "job runs failed")):
+                metrics.append(
+                    cw.Metric(
+                        namespace="AWS/EMRServerless",
+                        metric_name=metric,
+                        dimensions_map={"ApplicationId": self._emr_application_id},
+                        statistic="Sum",
+                        period=PERIOD,
+                        label=label,
+                    )
+                )
+        return metrics

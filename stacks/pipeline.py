@@ -1,0 +1,262 @@
+"""The Spark pipeline: an EMR Serverless application and a schedule that runs the aggregation job.
+
+    EventBridge rate(pipeline.schedule) ──▶ Step Functions: Map(stream) ──▶ emr-serverless:startJobRun.sync
+
+The job (``jobs/aggregate.py``) and the code it imports (the ``tidemark`` and ``jobs`` packages,
+zipped for ``--py-files``) are CDK assets; the interpreter and third-party libraries come from
+the image (``pipeline.image_uri``, built from ``jobs/image/Dockerfile``), because EMR's own image
+has Python 3.9 and the job needs 3.11. Every run picks the hours the ledger marks dirty itself.
+
+Runs never overlap: each job run is limited to ``pipeline.job_timeout``, which the config keeps
+below ``pipeline.schedule``, and an execution is stopped (cancelling its job runs) after one
+schedule period.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import jsii
+from aws_cdk import (
+    AssetHashType,
+    Aws,
+    BundlingOptions,
+    DockerImage,
+    Duration,
+    ILocalBundling,
+    RemovalPolicy,
+)
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_emrserverless as emrs
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3_assets as s3_assets
+from aws_cdk import aws_stepfunctions as sfn
+from constructs import Construct
+
+from stacks.grants import ArchiveAccess
+from tidemark.config import TidemarkConfig
+from tidemark.exceptions import ConfigError
+
+#: the interpreter jobs/image/Dockerfile installs
+IMAGE_PYTHON = "/usr/bin/python3.11"
+#: the managed EventBridge rule Step Functions uses to follow a .sync EMR Serverless job run
+SYNC_RULE = "StepFunctionsGetEventsForEMRServerlessJobRule"
+_PACKAGES = ("tidemark", "jobs")
+_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "image")
+
+
+def _packages(root: Path) -> list[Path]:
+    return [root / "layers" / "core" / "tidemark", root / "jobs"]
+
+
+def packages_hash(root: Path) -> str:
+    digest = hashlib.sha256()
+    for package in _packages(root):
+        for path in sorted(package.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+                digest.update(path.relative_to(root).as_posix().encode())
+                digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+@jsii.implements(ILocalBundling)
+class CopyPackages:
+    """Local bundling of the job's ``--py-files`` archive: the two packages side by side."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def try_bundle(self, output_dir: str, options: Any = None, **_: Any) -> bool:
+        for package in _packages(self.root):
+            shutil.copytree(package, Path(output_dir) / package.name, ignore=_IGNORE, dirs_exist_ok=True)
+        return True
+
+
+class PipelineConstruct(Construct):
+    """EMR Serverless application, job role, job assets, and the scheduled state machine.
+
+    Built only when a stream has aggregations (``enabled`` says whether it was); ``application``,
+    ``job_role`` and ``state_machine`` are then set.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: TidemarkConfig,
+        root: Path,
+        access: ArchiveAccess,
+        ledger_table: dynamodb.ITable,
+        aggregates_table: dynamodb.ITable,
+        environment: Mapping[str, str],
+    ) -> None:
+        super().__init__(scope, construct_id)
+        settings = config.pipeline
+        self.streams = [stream.name for stream in config.streams if stream.aggregations]
+        self.enabled = bool(self.streams)
+        if not self.enabled:
+            return
+        if settings.image_uri is None:
+            raise ConfigError(
+                "pipeline.image_uri is required when a stream has aggregations: EMR Serverless's own image has "
+                "Python 3.9 and the job needs 3.11; build and push jobs/image/Dockerfile and set its ECR URI"
+            )
+
+        self.application = emrs.CfnApplication(
+            self,
+            "Application",
+            release_label=settings.release_label,
+            type="Spark",
+            architecture="X86_64",
+            image_configuration=emrs.CfnApplication.ImageConfigurationInputProperty(image_uri=settings.image_uri),
+            auto_start_configuration=emrs.CfnApplication.AutoStartConfigurationProperty(enabled=True),
+            auto_stop_configuration=emrs.CfnApplication.AutoStopConfigurationProperty(
+                enabled=True, idle_timeout_minutes=int(settings.idle_timeout.total_seconds() // 60)
+            ),
+            maximum_capacity=emrs.CfnApplication.MaximumAllowedResourcesProperty(
+                cpu=settings.max_cpu, memory=settings.max_memory
+            ),
+        )
+        self.application_arn = (
+            f"arn:{Aws.PARTITION}:emr-serverless:{Aws.REGION}:{Aws.ACCOUNT_ID}:/applications/{self.application.attr_application_id}"
+        )
+
+        self.script = s3_assets.Asset(self, "JobScript", path=str(root / "jobs" / "aggregate.py"))
+        self.code = s3_assets.Asset(
+            self,
+            "JobCode",
+            path=str(root / "jobs"),
+            asset_hash_type=AssetHashType.CUSTOM,
+            asset_hash=packages_hash(root),
+            bundling=BundlingOptions(
+                # Only used if local bundling declined; it never does.
+                image=DockerImage.from_registry("public.ecr.aws/docker/library/python:3.11-slim"),
+                local=CopyPackages(root),
+            ),
+        )
+
+        self.job_role = iam.Role(
+            self,
+            "JobRole",
+            assumed_by=iam.ServicePrincipal(
+                "emr-serverless.amazonaws.com",
+                conditions={"StringEquals": {"aws:SourceAccount": Aws.ACCOUNT_ID}},
+            ),
+            description="Tidemark aggregation job: reads archived hours, writes hourly aggregates",
+        )
+        for asset in (self.script, self.code):
+            self.job_role.add_to_policy(
+                iam.PolicyStatement(
+                    actions=["s3:GetObject"], resources=[asset.bucket.arn_for_objects(asset.s3_object_key)]
+                )
+            )
+        access.read(self.job_role, [f"{config.archive.raw_prefix}/{stream}" for stream in self.streams])
+        ledger_table.grant(self.job_role, "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query")
+        # The sink queries an hour's items, then puts and deletes them in batches.
+        aggregates_table.grant(self.job_role, "dynamodb:Query", "dynamodb:BatchWriteItem")
+
+        self.state_machine = self._state_machine(config, environment)
+        self.schedule = events.Rule(
+            self,
+            "Schedule",
+            schedule=events.Schedule.rate(Duration.minutes(int(settings.schedule.total_seconds() // 60))),
+            targets=[
+                targets.SfnStateMachine(
+                    self.state_machine,
+                    input=events.RuleTargetInput.from_object({"streams": [{"stream": name} for name in self.streams]}),
+                )
+            ],
+            description="Runs the Tidemark aggregation job every pipeline.schedule",
+        )
+
+    def _spark_properties(self, environment: Mapping[str, str]) -> dict[str, str]:
+        """Driver and executor environment, as spark-defaults properties (no shell quoting)."""
+        env = {**environment, "AWS_REGION": Aws.REGION, "PYSPARK_PYTHON": IMAGE_PYTHON}
+        properties = {f"spark.emr-serverless.driverEnv.{name}": value for name, value in env.items()}
+        properties.update({f"spark.executorEnv.{name}": value for name, value in env.items()})
+        return properties
+
+    def _state_machine(self, config: TidemarkConfig, environment: Mapping[str, str]) -> sfn.StateMachine:
+        settings = config.pipeline
+        job_minutes = int(settings.job_timeout.total_seconds() // 60)
+        run_job = sfn.CustomState(
+            self,
+            "RunAggregation",
+            state_json={
+                "Type": "Task",
+                "Resource": f"arn:{Aws.PARTITION}:states:::emr-serverless:startJobRun.sync",
+                "Parameters": {
+                    "ApplicationId": self.application.attr_application_id,
+                    "ExecutionRoleArn": self.job_role.role_arn,
+                    "Name.$": "States.Format('tidemark-aggregate-{}', $.stream)",
+                    "ExecutionTimeoutMinutes": job_minutes,
+                    "JobDriver": {
+                        "SparkSubmit": {
+                            "EntryPoint": self.script.s3_object_url,
+                            "EntryPointArguments.$": "States.Array('--stream', $.stream)",
+                            "SparkSubmitParameters": f"--py-files {self.code.s3_object_url}",
+                        }
+                    },
+                    "ConfigurationOverrides": {
+                        "ApplicationConfiguration": [
+                            {"Classification": "spark-defaults", "Properties": self._spark_properties(environment)}
+                        ]
+                    },
+                },
+            },
+        )
+        each_stream = sfn.Map(
+            self,
+            "AggregateEachStream",
+            items_path="$.streams",
+            # Streams are independent; one run per stream at a time.
+            max_concurrency=len(self.streams),
+        )
+        each_stream.item_processor(run_job)
+        machine = sfn.StateMachine(
+            self,
+            "StateMachine",
+            definition_body=sfn.DefinitionBody.from_chainable(each_stream),
+            timeout=Duration.minutes(int(settings.schedule.total_seconds() // 60)),
+            tracing_enabled=True,
+            logs=sfn.LogOptions(
+                destination=logs.LogGroup(
+                    self, "Executions", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY
+                ),
+                level=sfn.LogLevel.ALL,
+                include_execution_data=False,
+            ),
+            comment="Tidemark aggregation: one EMR Serverless job run per stream with aggregations",
+        )
+        # CustomState adds no permissions: exactly what startJobRun.sync needs.
+        machine.add_to_role_policy(
+            iam.PolicyStatement(actions=["emr-serverless:StartJobRun"], resources=[self.application_arn])
+        )
+        machine.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["emr-serverless:GetJobRun", "emr-serverless:CancelJobRun"],
+                resources=[f"{self.application_arn}/jobruns/*"],  # job run ids are made per run
+            )
+        )
+        machine.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["iam:PassRole"],
+                resources=[self.job_role.role_arn],
+                conditions={"StringEquals": {"iam:PassedToService": "emr-serverless.amazonaws.com"}},
+            )
+        )
+        machine.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["events:PutTargets", "events:PutRule", "events:DescribeRule"],
+                resources=[f"arn:{Aws.PARTITION}:events:{Aws.REGION}:{Aws.ACCOUNT_ID}:rule/{SYNC_RULE}"],
+            )
+        )
+        return machine

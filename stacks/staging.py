@@ -1,0 +1,59 @@
+"""The EFS staging file system: where the archiver appends segments and the sweeper recovers them.
+
+One encrypted file system, mount targets in Tidemark's subnets, and one access point that pins
+every function to a POSIX user and a root directory, so the functions can neither see nor
+write anything outside ``/tidemark`` on the file system.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import RemovalPolicy
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_efs as efs
+from aws_cdk import aws_lambda as lambda_
+from constructs import Construct
+
+#: where the access point is mounted in every function (the runtime's TIDEMARK_STAGING_ROOT)
+STAGING_MOUNT = "/mnt/staging"
+#: the access point's root directory on the file system
+STAGING_ROOT_DIRECTORY = "/tidemark"
+#: the POSIX identity the functions act as on the file system (not root)
+POSIX_UID = "1001"
+POSIX_GID = "1001"
+
+
+class StagingConstruct(Construct):
+    """EFS file system + access point; ``mount`` is what a function passes as ``filesystem``."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        vpc: ec2.IVpc,
+        subnets: ec2.SubnetSelection,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.file_system = efs.FileSystem(
+            self,
+            "FileSystem",
+            vpc=vpc,
+            vpc_subnets=subnets,
+            encrypted=True,
+            performance_mode=efs.PerformanceMode.GENERAL_PURPOSE,
+            # Elastic throughput follows the archiver's bursts without provisioning.
+            throughput_mode=efs.ThroughputMode.ELASTIC,
+            # Staged segments live minutes to hours; moving them to IA would only add latency.
+            lifecycle_policy=None,
+            enable_automatic_backups=False,  # the ledger and Kafka can rebuild anything staged
+            # Staged but unflushed records are only here: keep the file system if the stack goes.
+            removal_policy=RemovalPolicy.RETAIN,
+        )
+        self.access_point = self.file_system.add_access_point(
+            "AccessPoint",
+            path=STAGING_ROOT_DIRECTORY,
+            create_acl=efs.Acl(owner_uid=POSIX_UID, owner_gid=POSIX_GID, permissions="750"),
+            posix_user=efs.PosixUser(uid=POSIX_UID, gid=POSIX_GID),
+        )
+        self.mount = lambda_.FileSystem.from_efs_access_point(self.access_point, STAGING_MOUNT)
+        self.mount_path = STAGING_MOUNT
