@@ -8,9 +8,12 @@ PY := $(VENV)/bin/python
 DEPS_HASH := $(shell cat pyproject.toml | sha1sum | cut -c1-12)
 STAMP := $(VENV)/.installed-$(DEPS_HASH)
 PYTEST_ARGS ?=
+NODE_STAMP := node_modules/.installed-$(shell cat package.json package-lock.json | sha1sum | cut -c1-12)
+# jsii warns on every synth that Node 20 is past its end of life; the machines run Node 20.
+export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 
 
-.PHONY: java install test unit integration e2e lint typecheck bench demo clean
+.PHONY: java install test unit integration e2e lint typecheck bench demo synth deploy destroy clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required, found " + sys.version' 
@@ -23,7 +26,12 @@ $(STAMP): pyproject.toml
 java:
 	@command -v java >/dev/null || { echo "Java is missing: PySpark needs a JDK (e.g. 'apt-get install openjdk-17-jre-headless')"; exit 1; }
 
-install: $(STAMP) java
+# The CDK CLI, pinned in package.json (`npx cdk ...`).
+$(NODE_STAMP): package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	@rm -f node_modules/.installed-* && touch $@
+
+install: $(STAMP) $(NODE_STAMP) java
 
 lint: install
 	$(VENV)/bin/ruff check .
@@ -48,9 +56,19 @@ e2e: install
 demo: install
 	$(VENV)/bin/tidemark demo $(ARGS)
 
+# `cdk synth` needs no Docker and no AWS account: the core layer is bundled with pip.
+synth: install
+	npx cdk synth --quiet
+
+deploy: install
+	npx cdk deploy $(ARGS)
+
+destroy: install
+	npx cdk destroy $(ARGS)
+
 bench: install
 	$(PY) bench/handler.py
 	$(PY) bench/spark_aggregate.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache cdk.out .hypothesis
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache cdk.out .hypothesis node_modules .cache

@@ -39,7 +39,9 @@ class PrefixScopedS3OnFailure:
     def __init__(self, access: ArchiveAccess) -> None:
         self.access = access
 
-    def bind(self, _target: lambda_.IEventSourceMapping, target_handler: lambda_.IFunction) -> lambda_.DlqDestinationConfig:
+    def bind(
+        self, _target: lambda_.IEventSourceMapping, target_handler: lambda_.IFunction
+    ) -> lambda_.DlqDestinationConfig:
         self.access.put(target_handler, [ON_FAILURE_PREFIX])
         target_handler.add_to_role_policy(
             iam.PolicyStatement(
@@ -135,6 +137,10 @@ class ArchiverConstruct(Construct):
                 else None
             ),
             metrics_config=lambda_.MetricsConfig(
-                metrics=[lambda_.MetricType.EVENT_COUNT, lambda_.MetricType.ERROR_COUNT, lambda_.MetricType.KAFKA_METRICS]
+                metrics=[
+                    lambda_.MetricType.EVENT_COUNT,
+                    lambda_.MetricType.ERROR_COUNT,
+                    lambda_.MetricType.KAFKA_METRICS,
+                ]
             ),
         )

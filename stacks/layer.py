@@ -28,7 +28,9 @@ from tidemark.exceptions import ConfigError
 
 LAMBDA_PLATFORM = "manylinux2014_aarch64"  # the functions run on arm64 (Graviton)
 LAMBDA_PYTHON = "3.11"
-#: never shipped: bytecode of the building machine and the local-only parts of the package
+#: never shipped: bytecode of the building machine and the laptop-only parts of the package (the
+#: embedded runner and the CLI, which import moto, Kafka clients and Typer)
+LOCAL_ONLY = ("embedded", "cli")
 _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
 
 
@@ -55,10 +57,13 @@ def source_hash(package_dir: Path, requirements: list[str]) -> str:
 class PipLayerBundling:
     """Local bundling: ``python/`` with the dependencies for the Lambda platform plus the package."""
 
-    def __init__(self, *, package_dir: Path, requirements: list[str], cache_dir: Path) -> None:
+    def __init__(
+        self, *, package_dir: Path, requirements: list[str], cache_dir: Path, platform: str = LAMBDA_PLATFORM
+    ) -> None:
         self.package_dir = package_dir
         self.requirements = requirements
-        key = "\n".join([LAMBDA_PLATFORM, LAMBDA_PYTHON, *sorted(requirements)])
+        self.platform = platform  # another platform only for tests that run the layer on this machine
+        key = "\n".join([platform, LAMBDA_PYTHON, *sorted(requirements)])
         self.cache = cache_dir / hashlib.sha256(key.encode()).hexdigest()[:16]
 
     def _dependencies(self) -> Path:
@@ -77,7 +82,7 @@ class PipLayerBundling:
             "--target",
             str(partial),
             "--platform",
-            LAMBDA_PLATFORM,
+            self.platform,
             "--implementation",
             "cp",
             "--python-version",
@@ -97,7 +102,10 @@ class PipLayerBundling:
         """Called by CDK at synth; returning True means no Docker fallback is needed."""
         target = Path(output_dir) / "python"
         shutil.copytree(self._dependencies(), target, ignore=shutil.ignore_patterns(".complete"), dirs_exist_ok=True)
-        shutil.copytree(self.package_dir, target / self.package_dir.name, ignore=_IGNORE, dirs_exist_ok=True)
+        package = target / self.package_dir.name
+        shutil.copytree(self.package_dir, package, ignore=_IGNORE, dirs_exist_ok=True)
+        for name in LOCAL_ONLY:
+            shutil.rmtree(package / name, ignore_errors=True)
         return True
 
 

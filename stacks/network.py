@@ -8,6 +8,8 @@ created VPC reaches through interface endpoints. Nothing needs a NAT gateway or 
 
 from __future__ import annotations
 
+from typing import Any
+
 from aws_cdk import Stack, Token
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
@@ -38,10 +40,10 @@ class NetworkConstruct(Construct):
                     "or pass -c account=... -c region=..."
                 )
             self.vpc: ec2.IVpc = ec2.Vpc.from_lookup(self, "Vpc", vpc_id=settings.vpc_id)
-            self.subnets = (
-                ec2.SubnetSelection(subnet_filters=[ec2.SubnetFilter.by_ids(settings.subnet_ids)])
+            selection: dict[str, Any] = (
+                {"subnet_filters": [ec2.SubnetFilter.by_ids(settings.subnet_ids)]}
                 if settings.subnet_ids
-                else ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, one_per_az=True)
+                else {"subnet_type": ec2.SubnetType.PRIVATE_WITH_EGRESS, "one_per_az": True}
             )
         else:
             flow_logs = logs.LogGroup(self, "FlowLogs", retention=logs.RetentionDays.ONE_MONTH)
@@ -61,7 +63,9 @@ class NetworkConstruct(Construct):
                     )
                 },
             )
-            self.subnets = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_ISOLATED, one_per_az=True)
+            selection = {"subnet_type": ec2.SubnetType.PRIVATE_ISOLATED, "one_per_az": True}
+        self._selection = selection
+        self.subnets = ec2.SubnetSelection(**selection)
 
         if settings.endpoints:
             self.vpc.add_gateway_endpoint("S3Endpoint", service=ec2.GatewayVpcEndpointAwsService.S3)
@@ -88,4 +92,4 @@ class NetworkConstruct(Construct):
 
     @property
     def subnet_ids(self) -> list[str]:
-        return self.vpc.select_subnets(self.subnets).subnet_ids
+        return list(self.vpc.select_subnets(**self._selection).subnet_ids)

@@ -126,7 +126,8 @@ class PipelineConstruct(Construct):
             ),
         )
         self.application_arn = (
-            f"arn:{Aws.PARTITION}:emr-serverless:{Aws.REGION}:{Aws.ACCOUNT_ID}:/applications/{self.application.attr_application_id}"
+            f"arn:{Aws.PARTITION}:emr-serverless:{Aws.REGION}:{Aws.ACCOUNT_ID}"
+            f":/applications/{self.application.attr_application_id}"
         )
 
         self.script = s3_assets.Asset(self, "JobScript", path=str(root / "jobs" / "aggregate.py"))
@@ -159,7 +160,9 @@ class PipelineConstruct(Construct):
                 )
             )
         access.read(self.job_role, [f"{config.archive.raw_prefix}/{stream}" for stream in self.streams])
-        ledger_table.grant(self.job_role, "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query")
+        ledger_table.grant(
+            self.job_role, "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"
+        )
         # The sink queries an hour's items, then puts and deletes them in batches.
         aggregates_table.grant(self.job_role, "dynamodb:Query", "dynamodb:BatchWriteItem")
 

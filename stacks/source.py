@@ -73,7 +73,7 @@ class SourceConstruct(Construct):
         *,
         config: TidemarkConfig,
         vpc: ec2.IVpc,
-        subnets: ec2.SubnetSelection,
+        subnet_ids: list[str],
     ) -> None:
         super().__init__(scope, construct_id)
         for index, stream in enumerate(config.streams):
@@ -90,7 +90,7 @@ class SourceConstruct(Construct):
                 "DevClusterSecurityGroup",
                 vpc=vpc,
                 allow_all_outbound=False,
-                description="Tidemark dev MSK Serverless cluster and the event source mapping's pollers",
+                description="Tidemark dev MSK Serverless cluster and the event source mapping pollers",
             )
             # The mapping's pollers get this group too: they reach the brokers through it, and
             # STS and Lambda through the VPC's interface endpoints.
@@ -103,13 +103,11 @@ class SourceConstruct(Construct):
                 "DevCluster",
                 cluster_name=f"tidemark-dev-{construct_id.lower()}",
                 client_authentication=msk.CfnServerlessCluster.ClientAuthenticationProperty(
-                    sasl=msk.CfnServerlessCluster.SaslProperty(
-                        iam=msk.CfnServerlessCluster.IamProperty(enabled=True)
-                    )
+                    sasl=msk.CfnServerlessCluster.SaslProperty(iam=msk.CfnServerlessCluster.IamProperty(enabled=True))
                 ),
                 vpc_configs=[
                     msk.CfnServerlessCluster.VpcConfigProperty(
-                        subnet_ids=vpc.select_subnets(subnets).subnet_ids,
+                        subnet_ids=subnet_ids,
                         security_groups=[group.security_group_id],
                     )
                 ],

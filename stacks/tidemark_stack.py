@@ -1,8 +1,8 @@
 """The Tidemark stack: one per deployment, built from the one stream configuration.
 
-    Network ─┬─ Staging (EFS) ─┬─ Archiver (function + MSK mapping per stream)
-             └─ Source (MSK)  ─┘   Sweeper (state machine + schedule)
-    Storage (bucket, ledger, aggregates) ── Pipeline (EMR Serverless + schedule) ── Observability
+Network ─┬─ Staging (EFS) ─┬─ Archiver (function + MSK mapping per stream)
+         └─ Source (MSK)  ─┘   Sweeper (state machine + schedule)
+Storage (bucket, ledger, aggregates) ── Pipeline (EMR Serverless + schedule) ── Observability
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from stacks.archiver import ArchiverConstruct
 from stacks.functions import Placement
 from stacks.grants import ArchiveAccess
 from stacks.layer import CoreLayer
-from stacks.network import NetworkConstruct
 from stacks.nag import apply_nag
+from stacks.network import NetworkConstruct
 from stacks.observability import ObservabilityConstruct
 from stacks.pipeline import PipelineConstruct
 from stacks.source import SourceConstruct
@@ -66,7 +66,7 @@ class TidemarkStack(Stack):
         self.storage = StorageConstruct(self, "Storage", config=config)
         self.staging = StagingConstruct(self, "Staging", vpc=self.network.vpc, subnets=self.network.subnets)
         self.source = SourceConstruct(
-            self, "Source", config=config, vpc=self.network.vpc, subnets=self.network.subnets
+            self, "Source", config=config, vpc=self.network.vpc, subnet_ids=self.network.subnet_ids
         )
         self.core_layer = CoreLayer(
             self, "CoreLayer", root=root, cache_dir=layer_cache or root / ".cache" / "layer"

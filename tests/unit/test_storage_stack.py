@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
-from aws_cdk import App, Stack
+from aws_cdk import Stack
 from aws_cdk.assertions import Capture, Match, Template
 
 import app as cdk_app

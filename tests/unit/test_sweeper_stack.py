@@ -58,7 +58,11 @@ def template(example_config: TidemarkConfig) -> Template:
 def test_one_function_per_step_from_the_sweeper_code(template: Template) -> None:
     functions = template.find_resources("AWS::Lambda::Function")
     # (CDK's own custom resource that empties the VPC's default security group is the other one)
-    handlers = sorted(fn["Properties"]["Handler"] for fn in functions.values() if fn["Properties"]["Handler"] != "__entrypoint__.handler")
+    handlers = sorted(
+        fn["Properties"]["Handler"]
+        for fn in functions.values()
+        if fn["Properties"]["Handler"] != "__entrypoint__.handler"
+    )
     assert handlers == [
         "handler.complete_hours",
         "handler.list_partitions",

@@ -18,7 +18,9 @@ from tidemark.config.units import Duration
 
 VPC_ID = r"^vpc-[0-9a-f]{8}([0-9a-f]{9})?$"
 SUBNET_ID = r"^subnet-[0-9a-f]{8}([0-9a-f]{9})?$"
-ECR_IMAGE_URI = r"^\d{12}\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com(\.cn)?/[a-z0-9._/-]+(:[A-Za-z0-9._-]+|@sha256:[0-9a-f]{64})$"
+ECR_IMAGE_URI = (
+    r"^\d{12}\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com(\.cn)?/[a-z0-9._/-]+(:[A-Za-z0-9._-]+|@sha256:[0-9a-f]{64})$"
+)
 #: EMR Serverless 7.x releases ship Spark 3.5.x, the minor version the job is tested on
 EMR_7_RELEASE = r"^emr-7\.\d+\.\d+$"
 EMAIL = r"^[^@\s]+@[^@\s]+\.[^@\s]+$"
@@ -192,7 +194,8 @@ class PipelineSettings(_Model):
         # Two runs over one hour could leave the older result last; runs must not overlap.
         if self.job_timeout >= self.schedule:
             raise ValueError(
-                f"job_timeout ({self.job_timeout}) must be shorter than schedule ({self.schedule}) so runs never overlap"
+                f"job_timeout ({self.job_timeout}) must be shorter than schedule ({self.schedule}) "
+                "so runs never overlap"
             )
         return self
 

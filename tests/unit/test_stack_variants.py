@@ -1,0 +1,150 @@
+"""Stack variants the configuration selects: an existing VPC, the dev MSK Serverless cluster,
+several streams, provisioned pollers with bounded retries, no aggregations, alarm e-mails."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aws_cdk.assertions import Match, Template
+
+from tests.support.cdk import TEST_ENV, cdk_context, logical_id, synth_stack, with_changes
+from tidemark.config import TidemarkConfig
+
+VPC_ID = "vpc-0123456789abcdef0"
+SUBNETS = ["subnet-0aaaaaaaaaaaaaaa1", "subnet-0aaaaaaaaaaaaaaa2"]
+#: what `cdk synth` would cache in cdk.context.json after looking the VPC up
+VPC_LOOKUP = {
+    f"vpc-provider:account=123456789012:filter.vpc-id={VPC_ID}:region=us-east-1:returnAsymmetricSubnets=true": {
+        "vpcId": VPC_ID,
+        "vpcCidrBlock": "10.0.0.0/16",
+        "ownerAccountId": "123456789012",
+        "availabilityZones": [],
+        "subnetGroups": [
+            {
+                "name": "Private",
+                "type": "Private",
+                "subnets": [
+                    {
+                        "subnetId": subnet,
+                        "cidr": f"10.0.{32 * index}.0/19",
+                        "availabilityZone": f"us-east-1{'abc'[index]}",
+                        "routeTableId": f"rtb-0aaaaaaaaaaaaaaa{index}",
+                    }
+                    for index, subnet in enumerate([*SUBNETS, "subnet-0aaaaaaaaaaaaaaa3"])
+                ],
+            }
+        ],
+    }
+}
+
+
+def stream_data(config: TidemarkConfig) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(config.model_dump_json())["streams"][0]
+    return data
+
+
+def test_existing_vpc_is_looked_up_and_its_chosen_subnets_used(example_config: TidemarkConfig) -> None:
+    config = with_changes(example_config, network={"vpc_id": VPC_ID, "subnet_ids": SUBNETS})
+    stack, template = synth_stack(config, context=cdk_context(**VPC_LOOKUP), env=TEST_ENV, nag=False)
+    template.resource_count_is("AWS::EC2::VPC", 0)
+    template.resource_count_is("AWS::EC2::VPCEndpoint", 0)  # an existing VPC keeps its own endpoints
+    mounts = template.find_resources("AWS::EFS::MountTarget")
+    assert sorted(m["Properties"]["SubnetId"] for m in mounts.values()) == SUBNETS
+    fn = template.find_resources("AWS::Lambda::Function")[logical_id(stack.archiver.functions["orders"])]
+    assert sorted(fn["Properties"]["VpcConfig"]["SubnetIds"]) == SUBNETS
+    group = template.find_resources("AWS::EC2::SecurityGroup")[logical_id(stack.network.function_security_group)]
+    assert group["Properties"]["VpcId"] == VPC_ID
+
+
+def test_dev_cluster_is_created_and_read_with_iam_auth(example_config: TidemarkConfig) -> None:
+    streams = [{**stream_data(example_config), "source": {"kind": "msk", "topic": "orders"}}]
+    config = with_changes(example_config, dev_cluster={"enabled": True}, streams=streams)
+    stack, template = synth_stack(config, nag=False)
+    assert stack.source.dev_cluster is not None
+    cluster = logical_id(stack.source.dev_cluster)
+    template.has_resource_properties(
+        "AWS::MSK::ServerlessCluster",
+        {"ClientAuthentication": {"Sasl": {"Iam": {"Enabled": True}}}},
+    )
+    template.has_resource_properties(
+        "AWS::Lambda::EventSourceMapping",
+        {"EventSourceArn": {"Fn::GetAtt": [cluster, "Arn"]}, "Topics": ["orders"]},
+    )
+    group = template.find_resources("AWS::EC2::SecurityGroup")[logical_id(stack.source.dev_cluster_security_group)]
+    ingress = group["Properties"].get("SecurityGroupIngress", [])
+    rules = ingress + [
+        r["Properties"]
+        for r in template.find_resources("AWS::EC2::SecurityGroupIngress").values()
+        if r["Properties"]["GroupId"]
+        == {"Fn::GetAtt": [logical_id(stack.source.dev_cluster_security_group), "GroupId"]}
+    ]
+    assert [(r["FromPort"], r["ToPort"]) for r in rules] == [(9098, 9098)]
+    # topic and group ARNs are derived from the cluster's ARN in the template
+    policies = json.dumps(template.find_resources("AWS::IAM::Policy"))
+    assert '":topic/"' in policies and '"/orders"' in policies and '"/tidemark-orders"' in policies
+
+
+def test_each_stream_gets_its_own_function_mapping_and_grants(example_config: TidemarkConfig) -> None:
+    first = stream_data(example_config)
+    second = {
+        **first,
+        "name": "payments",
+        "source": {**first["source"], "topic": "payments", "consumer_group_id": "archive-payments"},
+        "aggregations": [],
+    }
+    config = with_changes(example_config, streams=[first, second])
+    stack, template = synth_stack(config, nag=False)
+    assert sorted(stack.archiver.functions) == ["orders", "payments"]
+    mappings = {
+        m["Properties"]["Topics"][0]: m["Properties"]
+        for m in template.find_resources("AWS::Lambda::EventSourceMapping").values()
+    }
+    assert mappings["payments"]["AmazonManagedKafkaEventSourceConfig"] == {"ConsumerGroupId": "archive-payments"}
+    assert mappings["payments"]["FunctionName"] == {"Ref": logical_id(stack.archiver.functions["payments"])}
+    role = logical_id(stack.archiver.functions["payments"].role)  # type: ignore[arg-type]
+    statements = [
+        s
+        for p in template.find_resources("AWS::IAM::Policy").values()
+        if {"Ref": role} in p["Properties"]["Roles"]
+        for s in p["Properties"]["PolicyDocument"]["Statement"]
+    ]
+    text = json.dumps(statements)
+    assert "/raw/payments/*" in text and "/raw/orders/*" not in text
+    assert len(template.find_resources("AWS::CloudWatch::Dashboard")) == 2
+
+
+def test_provisioned_pollers_and_bounded_retries_reach_the_mapping(example_config: TidemarkConfig) -> None:
+    stream = stream_data(example_config)
+    stream["archiver"] = {"provisioned_pollers": {"minimum": 2, "maximum": 20}, "retry_attempts": 5, "timeout": "10m"}
+    _, template = synth_stack(with_changes(example_config, streams=[stream]), nag=False)
+    template.has_resource_properties(
+        "AWS::Lambda::EventSourceMapping",
+        {"ProvisionedPollerConfig": {"MinimumPollers": 2, "MaximumPollers": 20}, "MaximumRetryAttempts": 5},
+    )
+    template.has_resource_properties("AWS::Lambda::Function", {"Handler": "handler.lambda_handler", "Timeout": 600})
+
+
+def test_without_aggregations_there_is_no_spark_pipeline(example_config: TidemarkConfig) -> None:
+    stream = {**stream_data(example_config), "aggregations": []}
+    config = with_changes(example_config, streams=[stream], pipeline={})
+    stack, template = synth_stack(config, nag=False)
+    assert not stack.pipeline.enabled
+    template.resource_count_is("AWS::EMRServerless::Application", 0)
+    template.resource_count_is("AWS::StepFunctions::StateMachine", 1)  # the sweeper only
+    template.resource_count_is("AWS::CloudWatch::Alarm", 5)
+
+
+def test_alarm_emails_are_subscribed(example_config: TidemarkConfig) -> None:
+    config = with_changes(example_config, alarms={"emails": ["oncall@example.com"]})
+    _, template = synth_stack(config, nag=False)
+    template.has_resource_properties(
+        "AWS::SNS::Subscription", {"Protocol": "email", "Endpoint": "oncall@example.com", "TopicArn": Match.any_value()}
+    )
+
+
+def test_stack_synthesizes_without_an_environment(example_config: TidemarkConfig) -> None:
+    """The example deploys anywhere: no account or region is baked into the template."""
+    stack, template = synth_stack(example_config, nag=False)
+    assert stack.resolve(stack.account) == {"Ref": "AWS::AccountId"}
+    assert isinstance(template, Template)

@@ -1,0 +1,428 @@
+"""The whole stack from the example configuration: the wiring a reviewer of the template checks.
+
+Synthesized in-process (jsii runs the CDK in a local Node process): no Docker, no network, no AWS.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from aws_cdk.assertions import Capture, Match, Template
+
+from stacks.staging import STAGING_MOUNT
+from stacks.tidemark_stack import TidemarkStack
+from tests.support.cdk import logical_id, synth_stack
+from tidemark.config import TidemarkConfig
+
+ARCHIVER_HANDLER = "handler.lambda_handler"
+CDK_CUSTOM_RESOURCE_HANDLER = "__entrypoint__.handler"  # CDK's own (empties the default SG)
+
+
+@pytest.fixture(scope="module")
+def synthesized(example_config: TidemarkConfig) -> tuple[TidemarkStack, Template]:
+    return synth_stack(example_config, nag=False)
+
+
+@pytest.fixture(scope="module")
+def stack(synthesized: tuple[TidemarkStack, Template]) -> TidemarkStack:
+    return synthesized[0]
+
+
+@pytest.fixture(scope="module")
+def template(synthesized: tuple[TidemarkStack, Template]) -> Template:
+    return synthesized[1]
+
+
+def tidemark_functions(template: Template) -> dict[str, dict[str, Any]]:
+    return {
+        lid: fn["Properties"]
+        for lid, fn in template.find_resources("AWS::Lambda::Function").items()
+        if fn["Properties"]["Handler"] != CDK_CUSTOM_RESOURCE_HANDLER
+    }
+
+
+def render(value: Any) -> str:
+    """A ``Fn::Join`` of strings and references as one string (``Fn::Sub`` templates as they are,
+    other references as ``<ref>``)."""
+    if isinstance(value, str):
+        return value
+    if "Fn::Sub" in value:
+        return str(value["Fn::Sub"])
+    if "Fn::Join" not in value:
+        return "<ref>"
+    return "".join(render(part) for part in value["Fn::Join"][1])
+
+
+# --- archiver: ESM -> function -> topic ------------------------------------------------------
+
+
+def test_event_source_mapping_feeds_the_stream_function_from_its_topic(
+    stack: TidemarkStack, template: Template, example_config: TidemarkConfig
+) -> None:
+    stream = example_config.streams[0]
+    fn = stack.archiver.functions[stream.name]
+    template.resource_count_is("AWS::Lambda::EventSourceMapping", 1)
+    template.has_resource_properties(
+        "AWS::Lambda::EventSourceMapping",
+        {
+            "FunctionName": {"Ref": logical_id(fn)},
+            "EventSourceArn": stream.source.cluster_arn,
+            "Topics": [stream.source.topic],
+            "BatchSize": stream.source.batch_size,
+            "MaximumBatchingWindowInSeconds": 1,
+            "StartingPosition": "TRIM_HORIZON",
+            "AmazonManagedKafkaEventSourceConfig": {"ConsumerGroupId": "tidemark-orders"},
+            "DestinationConfig": {
+                "OnFailure": {"Destination": {"Fn::GetAtt": [logical_id(stack.storage.bucket), "Arn"]}}
+            },
+            "MetricsConfig": {"Metrics": ["EventCount", "ErrorCount", "KafkaMetrics"]},
+            # unbounded retries: a failing batch is retried, never skipped (exactly-once default)
+            "MaximumRetryAttempts": Match.absent(),
+        },
+    )
+    archiver = tidemark_functions(template)[logical_id(fn)]
+    assert archiver["Handler"] == ARCHIVER_HANDLER
+    assert (archiver["Runtime"], archiver["Architectures"]) == ("python3.11", ["arm64"])
+    assert (archiver["Timeout"], archiver["MemorySize"]) == (300, 2048)
+    assert archiver["Timeout"] < 14 * 60  # below the Kafka ESM's invocation limit
+
+
+def test_every_function_runs_on_the_core_layer_for_arm64_python_311(stack: TidemarkStack, template: Template) -> None:
+    layer_id = logical_id(stack.core_layer)
+    template.has_resource_properties(
+        "AWS::Lambda::LayerVersion",
+        {"CompatibleRuntimes": ["python3.11"], "CompatibleArchitectures": ["arm64"]},
+    )
+    functions = tidemark_functions(template)
+    assert len(functions) == 5  # the archiver of the one stream and the four sweeper steps
+    assert all(fn["Layers"] == [{"Ref": layer_id}] for fn in functions.values())
+
+
+# --- EFS staging -------------------------------------------------------------------------------
+
+
+def test_every_function_mounts_the_staging_access_point(stack: TidemarkStack, template: Template) -> None:
+    access_point = logical_id(stack.staging.access_point)
+    for fn in tidemark_functions(template).values():
+        (mount,) = fn["FileSystemConfigs"]
+        assert mount["LocalMountPath"] == STAGING_MOUNT == "/mnt/staging"
+        assert access_point in json.dumps(mount["Arn"])
+        assert fn["Environment"]["Variables"]["TIDEMARK_STAGING_ROOT"] == STAGING_MOUNT
+
+
+def test_access_point_pins_a_posix_user_and_root_directory(template: Template) -> None:
+    template.has_resource_properties("AWS::EFS::FileSystem", {"Encrypted": True, "ThroughputMode": "elastic"})
+    template.has_resource_properties(
+        "AWS::EFS::AccessPoint",
+        {
+            "PosixUser": {"Uid": "1001", "Gid": "1001"},
+            "RootDirectory": {
+                "Path": "/tidemark",
+                "CreationInfo": {"OwnerUid": "1001", "OwnerGid": "1001", "Permissions": "750"},
+            },
+        },
+    )
+    template.resource_count_is("AWS::EFS::MountTarget", 2)  # one per AZ
+
+
+# --- environment ---------------------------------------------------------------------------------
+
+
+def test_functions_get_the_bucket_ledger_and_runtime_config(
+    stack: TidemarkStack, template: Template, example_config: TidemarkConfig
+) -> None:
+    for fn in tidemark_functions(template).values():
+        env = fn["Environment"]["Variables"]
+        assert env["TIDEMARK_BUCKET"] == {"Ref": logical_id(stack.storage.bucket)}
+        assert env["TIDEMARK_LEDGER_TABLE"] == {"Ref": logical_id(stack.storage.ledger_table)}
+        assert env["TIDEMARK_CONFIG_JSON"] == example_config.runtime_json()
+        # the functions never get the deployment-only sections
+        assert not {"network", "pipeline", "alarms"} & set(json.loads(env["TIDEMARK_CONFIG_JSON"]))
+
+
+# --- IAM -------------------------------------------------------------------------------------
+
+#: actions AWS offers no resource-level permissions for, the only ones allowed on "*"
+STAR_ACTIONS = {
+    # Lambda in a VPC (network interfaces) and the MSK mapping's network lookups
+    "ec2:CreateNetworkInterface",
+    "ec2:DescribeNetworkInterfaces",
+    "ec2:DescribeSubnets",
+    "ec2:DeleteNetworkInterface",
+    "ec2:AssignPrivateIpAddresses",
+    "ec2:UnassignPrivateIpAddresses",
+    "ec2:DescribeVpcs",
+    "ec2:DescribeSecurityGroups",
+    # X-Ray tracing
+    "xray:PutTraceSegments",
+    "xray:PutTelemetryRecords",
+    "xray:GetSamplingRules",
+    "xray:GetSamplingTargets",
+    # Step Functions log delivery to CloudWatch Logs
+    "logs:CreateLogDelivery",
+    "logs:GetLogDelivery",
+    "logs:UpdateLogDelivery",
+    "logs:DeleteLogDelivery",
+    "logs:ListLogDeliveries",
+    "logs:PutResourcePolicy",
+    "logs:DescribeResourcePolicies",
+    "logs:DescribeLogGroups",
+}
+
+
+def listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def tidemark_statements(template: Template) -> list[tuple[str, dict[str, Any]]]:
+    """Every Allow statement of the stack's identity policies (CDK's custom resource aside)."""
+    found = []
+    for lid, policy in template.find_resources("AWS::IAM::Policy").items():
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+            if statement["Effect"] == "Allow":
+                found.append((lid, statement))
+    return found
+
+
+def test_no_wildcard_actions_anywhere(template: Template) -> None:
+    statements = tidemark_statements(template)
+    assert len(statements) > 40
+    wildcards = [(lid, a) for lid, s in statements for a in listed(s["Action"]) if "*" in a]
+    assert wildcards == []
+
+
+def test_star_resources_only_where_aws_requires_them(template: Template) -> None:
+    offenders = []
+    for lid, statement in tidemark_statements(template):
+        if "*" not in listed(statement["Resource"]):
+            continue
+        actions = set(listed(statement["Action"]))
+        if actions <= STAR_ACTIONS:
+            continue
+        # EFS mount: CDK's grant is on "*" but conditioned on the staging access point
+        if actions == {"elasticfilesystem:ClientMount"} and "elasticfilesystem:AccessPointArn" in json.dumps(
+            statement.get("Condition", {})
+        ):
+            continue
+        offenders.append((lid, sorted(actions)))
+    assert offenders == []
+
+
+def test_object_grants_are_scoped_to_a_key_prefix(template: Template) -> None:
+    """No ``<bucket>/*``: every object-level resource names a prefix below the bucket."""
+    for _, statement in tidemark_statements(template):
+        for resource in listed(statement["Resource"]):
+            if isinstance(resource, dict) and "Fn::Join" in resource:
+                text = render(resource)
+                if text.endswith("/*") and text.startswith("<ref>/"):
+                    assert text.count("/") >= 2, text
+
+
+def test_no_role_carries_a_managed_policy(template: Template) -> None:
+    roles = template.find_resources("AWS::IAM::Role")
+    with_managed = [
+        lid for lid, role in roles.items() if role["Properties"].get("ManagedPolicyArns") and "CustomVpc" not in lid
+    ]
+    assert with_managed == []
+
+
+def archiver_statements(stack: TidemarkStack, template: Template) -> list[dict[str, Any]]:
+    role = logical_id(stack.archiver.functions["orders"].role)  # type: ignore[arg-type]
+    return [
+        statement
+        for policy in template.find_resources("AWS::IAM::Policy").values()
+        if {"Ref": role} in policy["Properties"]["Roles"]
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+    ]
+
+
+def test_archiver_writes_only_its_streams_prefixes_and_never_deletes(stack: TidemarkStack, template: Template) -> None:
+    statements = archiver_statements(stack, template)
+    (puts,) = [s for s in statements if "s3:PutObject" in listed(s["Action"])]
+    assert sorted(render(r) for r in listed(puts["Resource"])) == [
+        "<ref>/aws/lambda/*",  # the mapping's on-failure destination
+        "<ref>/errors/orders/*",
+        "<ref>/raw/orders/*",
+    ]
+    granted = {a for s in statements for a in listed(s["Action"])}
+    assert not {a for a in granted if a.startswith(("s3:", "dynamodb:")) and "Delete" in a}
+    assert "dynamodb:Scan" not in granted
+
+
+def test_archiver_reads_only_its_topic_and_group(
+    stack: TidemarkStack, template: Template, example_config: TidemarkConfig
+) -> None:
+    cluster = example_config.streams[0].source.cluster_arn
+    assert cluster is not None
+    by_action = {a: s["Resource"] for s in archiver_statements(stack, template) for a in listed(s["Action"])}
+    assert by_action["kafka-cluster:Connect"] == cluster
+    assert by_action["kafka:GetBootstrapBrokers"] == cluster
+    name_uuid = cluster.split(":cluster/")[1]
+    assert by_action["kafka-cluster:ReadData"] == f"arn:aws:kafka:us-east-1:123456789012:topic/{name_uuid}/orders"
+    assert by_action["kafka-cluster:AlterGroup"] == (
+        f"arn:aws:kafka:us-east-1:123456789012:group/{name_uuid}/tidemark-orders"
+    )
+
+
+# --- buckets -----------------------------------------------------------------------------------
+
+
+def test_both_buckets_are_tls_only(template: Template) -> None:
+    policies = template.find_resources("AWS::S3::BucketPolicy")
+    buckets = set(template.find_resources("AWS::S3::Bucket"))
+    tls_only = {
+        policy["Properties"]["Bucket"]["Ref"]
+        for policy in policies.values()
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+        if statement["Effect"] == "Deny"
+        and statement["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+        and statement["Principal"] == {"AWS": "*"}
+    }
+    assert tls_only == buckets and len(buckets) == 2
+
+
+# --- network -----------------------------------------------------------------------------------
+
+
+def test_created_vpc_has_isolated_subnets_and_endpoints_only(template: Template) -> None:
+    template.resource_count_is("AWS::EC2::NatGateway", 0)
+    template.resource_count_is("AWS::EC2::InternetGateway", 0)
+    endpoints = template.find_resources("AWS::EC2::VPCEndpoint")
+    services = sorted(
+        (render(e["Properties"]["ServiceName"]).rsplit(".", 1)[-1], e["Properties"].get("VpcEndpointType", "Gateway"))
+        for e in endpoints.values()
+    )
+    assert services == [("dynamodb", "Gateway"), ("lambda", "Interface"), ("s3", "Gateway"), ("sts", "Interface")]
+
+
+def test_function_security_group_allows_only_https_and_nfs(stack: TidemarkStack, template: Template) -> None:
+    group = template.find_resources("AWS::EC2::SecurityGroup")[logical_id(stack.network.function_security_group)]
+    assert group["Properties"]["SecurityGroupEgress"] == [
+        {
+            "CidrIp": "0.0.0.0/0",
+            "Description": "HTTPS to AWS service endpoints",
+            "FromPort": 443,
+            "IpProtocol": "tcp",
+            "ToPort": 443,
+        }
+    ]
+    nfs = [
+        rule["Properties"]
+        for rule in template.find_resources("AWS::EC2::SecurityGroupEgress").values()
+        if rule["Properties"]["GroupId"]
+        == {"Fn::GetAtt": [logical_id(stack.network.function_security_group), "GroupId"]}
+    ]
+    assert [(rule["FromPort"], rule["ToPort"]) for rule in nfs] == [(2049, 2049)]
+
+
+# --- sweeper and pipeline ------------------------------------------------------------------------
+
+
+def test_state_machines_and_their_schedules(stack: TidemarkStack, template: Template) -> None:
+    machines = template.find_resources("AWS::StepFunctions::StateMachine")
+    assert set(machines) == {logical_id(stack.sweeper.state_machine), logical_id(stack.pipeline.state_machine)}
+    rules = {
+        rule["Properties"]["Targets"][0]["Arn"]["Ref"]: rule["Properties"]
+        for rule in template.find_resources("AWS::Events::Rule").values()
+    }
+    assert rules[logical_id(stack.sweeper.state_machine)]["ScheduleExpression"] == "rate(5 minutes)"
+    pipeline = rules[logical_id(stack.pipeline.state_machine)]
+    assert pipeline["ScheduleExpression"] == "rate(1 hour)"
+    assert json.loads(pipeline["Targets"][0]["Input"]) == {"streams": [{"stream": "orders"}]}
+
+
+def test_emr_serverless_application_runs_spark_35_from_the_configured_image(
+    template: Template, example_config: TidemarkConfig
+) -> None:
+    label = Capture()
+    template.has_resource_properties(
+        "AWS::EMRServerless::Application",
+        {
+            "Type": "Spark",
+            "ReleaseLabel": label,
+            "ImageConfiguration": {"ImageUri": example_config.pipeline.image_uri},
+            "AutoStopConfiguration": {"Enabled": True, "IdleTimeoutMinutes": 15},
+        },
+    )
+    major, minor, _ = label.as_string().removeprefix("emr-").split(".")
+    assert major == "7"  # every EMR 7.x release ships Spark 3.5.x, the minor the job is tested on
+    assert int(minor) >= 0
+
+
+def test_pipeline_runs_the_job_asset_with_the_tables_in_its_environment(
+    stack: TidemarkStack, template: Template
+) -> None:
+    body = template.find_resources("AWS::StepFunctions::StateMachine")[logical_id(stack.pipeline.state_machine)][
+        "Properties"
+    ]["DefinitionString"]
+    text = render(body)
+    definition = json.loads(text)
+    task = definition["States"]["AggregateEachStream"]["ItemProcessor"]["States"]["RunAggregation"]
+    assert task["Resource"].endswith(":states:::emr-serverless:startJobRun.sync")
+    submit = task["Parameters"]["JobDriver"]["SparkSubmit"]
+    assert submit["EntryPointArguments.$"] == "States.Array('--stream', $.stream)"
+    assert submit["EntryPoint"].startswith("s3://") and submit["EntryPoint"].endswith(".py")
+    assert submit["SparkSubmitParameters"].startswith("--py-files s3://")
+    assert task["Parameters"]["ExecutionTimeoutMinutes"] == 50
+    properties = task["Parameters"]["ConfigurationOverrides"]["ApplicationConfiguration"][0]["Properties"]
+    for name in ("TIDEMARK_BUCKET", "TIDEMARK_LEDGER_TABLE", "TIDEMARK_AGGREGATES_TABLE", "TIDEMARK_CONFIG_JSON"):
+        assert f"spark.emr-serverless.driverEnv.{name}" in properties
+        assert f"spark.executorEnv.{name}" in properties
+    assert properties["spark.emr-serverless.driverEnv.PYSPARK_PYTHON"] == "/usr/bin/python3.11"
+    assert definition["TimeoutSeconds"] == 3600  # one schedule period: runs never overlap
+
+
+# --- observability -------------------------------------------------------------------------------
+
+DASHBOARD_WIDGETS = [
+    "Records in",
+    "Duplicates dropped",
+    "Dead-lettered",
+    "Bytes staged",
+    "Objects committed",
+    "Flush latency",
+    "ESM offset lag",
+    "Archiver errors and throttles",
+    "Archiver duration",
+    "Sweeper recoveries",
+    "Reconciliation findings",
+    "EFS storage bytes",
+    "Spark job outcomes",
+]
+
+
+def dashboard_widgets(template: Template) -> dict[str, dict[str, Any]]:
+    (dashboard,) = template.find_resources("AWS::CloudWatch::Dashboard").values()
+    body = json.loads(render(dashboard["Properties"]["DashboardBody"]))
+    return {widget["properties"]["title"]: widget["properties"] for widget in body["widgets"]}
+
+
+def test_dashboard_has_every_widget(template: Template) -> None:
+    assert list(dashboard_widgets(template)) == DASHBOARD_WIDGETS
+
+
+def test_dashboard_metrics_match_what_the_functions_emit(template: Template) -> None:
+    widgets = dashboard_widgets(template)
+    records = widgets["Records in"]["metrics"][0]
+    assert records[:6] == ["Tidemark", "RecordsIn", "service", "tidemark-archiver", "stream", "orders"]
+    latency = [metric[-1]["stat"] for metric in widgets["Flush latency"]["metrics"]]
+    assert latency == ["p50", "p99"]
+    lag = widgets["ESM offset lag"]["metrics"][0]
+    assert lag[:3] == ["AWS/Lambda", "OffsetLag", "FunctionName"]
+    outcomes = {metric[1] for metric in widgets["Spark job outcomes"]["metrics"]}
+    assert {"ExecutionsSucceeded", "ExecutionsFailed", "SuccessJobs", "FailedJobs"} <= outcomes
+
+
+def test_alarms_notify_the_topic(stack: TidemarkStack, template: Template) -> None:
+    topic = logical_id(stack.observability.topic)
+    alarms = template.find_resources("AWS::CloudWatch::Alarm")
+    described = sorted(alarm["Properties"]["AlarmDescription"].split(":")[0] for alarm in alarms.values())
+    assert len(alarms) == 6
+    assert all(alarm["Properties"]["AlarmActions"] == [{"Ref": topic}] for alarm in alarms.values())
+    assert described.count("orders") == 3  # lag growth, archiver errors, dead letters
+    lag = next(a["Properties"] for a in alarms.values() if "offset lag" in a["Properties"]["AlarmDescription"])
+    expression = next(m["Expression"] for m in lag["Metrics"] if "Expression" in m)
+    assert expression == "IF(lag > 100000 AND DIFF(lag) > 0, 1, 0)"
+    template.has_resource_properties("AWS::SNS::Topic", {"KmsMasterKeyId": Match.any_value()})
