@@ -21,7 +21,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
-from stacks.functions import Placement, TidemarkFunction
+from stacks.functions import Placement, TidemarkFunction, spool_mb
 from stacks.grants import ArchiveAccess, grant_ledger, stream_prefixes
 from stacks.source import SourceConstruct, consumer_group_id
 from tidemark.config import StreamConfig, TidemarkConfig
@@ -110,6 +110,7 @@ class ArchiverConstruct(Construct):
             timeout=Duration.seconds(int(settings.timeout.total_seconds())),
             memory_mb=settings.memory_mb,
             reserved_concurrency=settings.reserved_concurrency,
+            ephemeral_mb=spool_mb(int(stream.flush.max_bytes)),
             description=f"archives topic {stream.source.topic} into stream {stream.name}",
         ).function
 

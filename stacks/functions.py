@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import Duration, RemovalPolicy, Size
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
@@ -28,6 +28,17 @@ VPC_NETWORK_INTERFACE_ACTIONS = (
     "ec2:AssignPrivateIpAddresses",
     "ec2:UnassignPrivateIpAddresses",
 )
+
+
+#: Lambda's /tmp limits (MiB)
+MIN_EPHEMERAL_MB, MAX_EPHEMERAL_MB = 512, 10240
+
+
+def spool_mb(max_object_bytes: int) -> int:
+    """/tmp a function needs to render one object before uploading it: the object (at most the
+    buffer's bytes; compression only shrinks it) twice over, for headroom, plus the default."""
+    needed = 2 * -(-max_object_bytes // (1024 * 1024)) + MIN_EPHEMERAL_MB
+    return max(MIN_EPHEMERAL_MB, min(MAX_EPHEMERAL_MB, needed))
 
 
 @dataclass(frozen=True)
@@ -57,6 +68,7 @@ class TidemarkFunction(Construct):
         memory_mb: int,
         description: str,
         reserved_concurrency: int | None = None,
+        ephemeral_mb: int = MIN_EPHEMERAL_MB,
     ) -> None:
         super().__init__(scope, construct_id)
         self.role = iam.Role(
@@ -95,5 +107,7 @@ class TidemarkFunction(Construct):
             tracing=lambda_.Tracing.ACTIVE,
             log_group=self.log_group,
             reserved_concurrent_executions=reserved_concurrency,
+            # objects are rendered to /tmp before the upload (the runtime's spool directory)
+            ephemeral_storage_size=Size.mebibytes(ephemeral_mb),
             description=description,
         )

@@ -26,7 +26,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from stacks.functions import Placement, TidemarkFunction
+from stacks.functions import MIN_EPHEMERAL_MB, Placement, TidemarkFunction, spool_mb
 from stacks.grants import ArchiveAccess, grant_ledger
 from tidemark.config import TidemarkConfig
 from tidemark.exceptions import ConfigError
@@ -75,6 +75,9 @@ class SweeperConstruct(Construct):
         interval = config.sweeper.interval
         code = lambda_.Code.from_asset(str(code_dir), exclude=["**/__pycache__"])
 
+        # SweepPartition renders idle and resumed flushes of any stream.
+        largest_object = max(int(stream.flush.max_bytes) for stream in config.streams)
+
         def function(step: str, timeout: Duration) -> lambda_.Function:
             return TidemarkFunction(
                 self,
@@ -87,6 +90,7 @@ class SweeperConstruct(Construct):
                 timeout=timeout,
                 memory_mb=1024,
                 description=f"sweeper step {step}",
+                ephemeral_mb=spool_mb(largest_object) if step == "SweepPartition" else MIN_EPHEMERAL_MB,
             ).function
 
         # A step must end well within one interval (and Lambda's 15 minutes).

@@ -490,3 +490,49 @@ def test_aggregations_need_json_values() -> None:
     assert config_error(data) == (
         "<config>: streams[0]: aggregations need encoding.value 'json' (they read the value's fields)"
     )
+
+
+# --- deployment sections -----------------------------------------------------------------------
+
+
+def test_deployment_defaults_create_a_vpc_with_endpoints() -> None:
+    config = parse_config(minimal())
+    assert (config.network.vpc_id, config.network.endpoints) == (None, True)
+    assert config.pipeline.release_label.startswith("emr-7.")
+    assert config.streams[0].archiver.retry_attempts is None  # retry until success
+
+
+def test_an_existing_vpc_keeps_its_own_endpoints_unless_asked() -> None:
+    existing = {"vpc_id": "vpc-0123456789abcdef0"}
+    assert parse_config({**minimal(), "network": existing}).network.endpoints is False
+    asked = {**existing, "create_endpoints": True}
+    assert parse_config({**minimal(), "network": asked}).network.endpoints is True
+
+
+def test_runtime_json_leaves_out_what_only_the_stack_reads() -> None:
+    data = {**minimal(), "alarms": {"emails": ["oncall@example.com"]}, "dev_cluster": {"enabled": True}}
+    config = parse_config(data)
+    runtime = json.loads(config.runtime_json())
+    assert not {"network", "pipeline", "alarms"} & set(runtime)
+    assert "archiver" not in runtime["streams"][0]
+    # what the functions get is itself a valid configuration with the same streams
+    again = parse_config(runtime)
+    assert again.streams[0].flush == config.streams[0].flush
+    assert again.dev_cluster.enabled
+
+
+def test_msk_stream_may_omit_its_cluster_with_the_dev_cluster() -> None:
+    data = {"streams": [{"name": "orders", "source": {"topic": "orders"}}], "dev_cluster": {"enabled": True}}
+    assert parse_config(data).streams[0].source.cluster_arn is None
+
+
+def test_transitions_must_ascend() -> None:
+    transitions = [{"storage_class": "GLACIER_IR", "after": "90d"}, {"storage_class": "STANDARD_IA", "after": "30d"}]
+    message = config_error({**minimal(), "archive": {"transitions": transitions}})
+    assert "archive.transitions: transitions must be in ascending order" in message
+
+
+def test_provisioned_pollers_bounds() -> None:
+    pollers = {"minimum": 10, "maximum": 5}
+    message = config_error(minimal(archiver={"provisioned_pollers": pollers}))
+    assert "streams[0].archiver.provisioned_pollers: minimum (10) is above maximum (5)" in message

@@ -11,10 +11,13 @@ from typing import Any
 import pytest
 from aws_cdk.assertions import Capture, Match, Template
 
+from stacks.functions import spool_mb
+from stacks.pipeline import IMAGE_PYTHON
 from stacks.staging import STAGING_MOUNT
 from stacks.tidemark_stack import TidemarkStack
-from tests.support.cdk import logical_id, synth_stack
+from tests.support.cdk import REPO, logical_id, synth_stack
 from tidemark.config import TidemarkConfig
+from tidemark.config.deployment import PipelineSettings
 
 ARCHIVER_HANDLER = "handler.lambda_handler"
 CDK_CUSTOM_RESOURCE_HANDLER = "__entrypoint__.handler"  # CDK's own (empties the default SG)
@@ -87,6 +90,8 @@ def test_event_source_mapping_feeds_the_stream_function_from_its_topic(
     assert (archiver["Runtime"], archiver["Architectures"]) == ("python3.11", ["arm64"])
     assert (archiver["Timeout"], archiver["MemorySize"]) == (300, 2048)
     assert archiver["Timeout"] < 14 * 60  # below the Kafka ESM's invocation limit
+    # /tmp holds one rendered object of up to flush.max_bytes (64 MiB) twice over, plus the default
+    assert archiver["EphemeralStorage"] == {"Size": 2 * 64 + 512}
 
 
 def test_every_function_runs_on_the_core_layer_for_arm64_python_311(stack: TidemarkStack, template: Template) -> None:
@@ -98,6 +103,18 @@ def test_every_function_runs_on_the_core_layer_for_arm64_python_311(stack: Tidem
     functions = tidemark_functions(template)
     assert len(functions) == 5  # the archiver of the one stream and the four sweeper steps
     assert all(fn["Layers"] == [{"Ref": layer_id}] for fn in functions.values())
+
+
+def test_spool_space_follows_the_largest_object() -> None:
+    assert spool_mb(1024) == 514
+    assert spool_mb(5 * 1024**3) == 10240  # capped at Lambda's 10 GiB
+
+
+def test_the_spark_image_is_the_one_the_stack_runs() -> None:
+    dockerfile = (REPO / "jobs" / "image" / "Dockerfile").read_text()
+    assert f"ENV PYSPARK_PYTHON={IMAGE_PYTHON}" in dockerfile
+    assert f"ARG EMR_RELEASE={PipelineSettings().release_label}" in dockerfile
+    assert "/spark/${EMR_RELEASE}:latest" in dockerfile
 
 
 # --- EFS staging -------------------------------------------------------------------------------
