@@ -2,9 +2,12 @@
 
     spark-submit jobs/aggregate.py --stream orders                  # the hours the ledger marks dirty
     spark-submit jobs/aggregate.py --stream orders --hours 2026-11-21T00 2026-11-21T23   # a backfill range
+    spark-submit jobs/aggregate.py --stream orders --config s3://bucket/key.json       # as deployed
 
 Settings come from the same environment as the Lambdas (``TIDEMARK_CONFIG[_JSON]``,
-``TIDEMARK_BUCKET``, ``TIDEMARK_LEDGER_TABLE``) plus ``TIDEMARK_AGGREGATES_TABLE``.
+``TIDEMARK_BUCKET``, ``TIDEMARK_LEDGER_TABLE``) plus ``TIDEMARK_AGGREGATES_TABLE``; ``--config``
+names the configuration instead of the environment (the deployed schedule passes the S3 asset
+the stack uploads: a Spark property holds at most 1,024 characters, too few for the config).
 """
 
 from __future__ import annotations
@@ -14,11 +17,13 @@ import json
 import os
 import sys
 from datetime import datetime, timedelta
+from typing import Any
 
 from pyspark.sql import SparkSession
 
 from jobs.aggregation.job import run_aggregation
 from jobs.aggregation.sink import AggregateSink
+from tidemark.config import TidemarkConfig, load_config, parse_config
 from tidemark.config.loader import load_config_from_env
 from tidemark.exceptions import ConfigError
 from tidemark.ledger.dynamodb import DynamoDBLedger
@@ -38,13 +43,35 @@ def hour_range(first: str, last: str) -> list[str]:
     return hours
 
 
+def load_job_config(location: str | None, *, s3: Any | None = None) -> TidemarkConfig:
+    """``--config``: ``s3://bucket/key`` (JSON), a local YAML/JSON path, or None for the environment."""
+    if location is None:
+        return load_config_from_env()
+    if not location.startswith("s3://"):
+        return load_config(location)
+    bucket, _, key = location.removeprefix("s3://").partition("/")
+    if not bucket or not key:
+        raise ConfigError(f"--config: {location!r} is not an s3://bucket/key address")
+    if s3 is None:
+        import boto3
+
+        s3 = boto3.client("s3")
+    body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+    try:
+        data = json.loads(body)
+    except ValueError as exc:
+        raise ConfigError(f"{location}: not valid JSON: {exc}") from None
+    return parse_config(data, origin=location)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--stream", required=True, help="stream to aggregate (a name in the config)")
     parser.add_argument("--hours", nargs=2, metavar=("FIRST", "LAST"), help="explicit hour range (backfill)")
     parser.add_argument("--tasks", type=int, default=8, help="read tasks (objects are spread over them)")
+    parser.add_argument("--config", help="s3://bucket/key or a path (default: TIDEMARK_CONFIG[_JSON])")
     args = parser.parse_args(argv)
-    config = load_config_from_env()
+    config = load_job_config(args.config)
     try:
         stream = config.stream(args.stream)
         bucket, ledger_table, aggregates = (

@@ -43,12 +43,10 @@ class PrefixScopedS3OnFailure:
         self, _target: lambda_.IEventSourceMapping, target_handler: lambda_.IFunction
     ) -> lambda_.DlqDestinationConfig:
         self.access.put(target_handler, [ON_FAILURE_PREFIX])
+        # Lambda checks the destination bucket with ListBucket before it writes; a prefix
+        # condition could deny that check, so this one grant is bucket-wide (names, not data).
         target_handler.add_to_role_policy(
-            iam.PolicyStatement(
-                actions=["s3:ListBucket"],
-                resources=[self.access.bucket.bucket_arn],
-                conditions={"StringLike": {"s3:prefix": [f"{ON_FAILURE_PREFIX}/*"]}},
-            )
+            iam.PolicyStatement(actions=["s3:ListBucket"], resources=[self.access.bucket.bucket_arn])
         )
         return lambda_.DlqDestinationConfig(destination=self.access.bucket.bucket_arn)
 

@@ -30,7 +30,8 @@ PREFIX_REASON = (
 STAR_FUNCTION_REASON = (
     "Resource '*' only for actions without resource-level permissions: the VPC network interface actions "
     "Lambda needs (ec2:CreateNetworkInterface/Describe*/Delete*/Assign*/Unassign*), the MSK mapping's "
-    "ec2:DescribeVpcs/DescribeSecurityGroups, and X-Ray's PutTraceSegments/PutTelemetryRecords."
+    "ec2:DescribeVpcs/DescribeSecurityGroups, X-Ray's PutTraceSegments/PutTelemetryRecords, and CDK's "
+    "elasticfilesystem:ClientMount, which is conditioned on the staging access point's ARN."
 )
 
 

@@ -66,6 +66,17 @@ class NetworkConstruct(Construct):
             selection = {"subnet_type": ec2.SubnetType.PRIVATE_ISOLATED, "one_per_az": True}
         self._selection = selection
         self.subnets = ec2.SubnetSelection(**selection)
+        # Before the CLI has looked the VPC up, from_lookup returns a placeholder: check only real data.
+        if settings.subnet_ids and self.vpc.vpc_id == settings.vpc_id:
+            selected = self.vpc.select_subnets(**selection)
+            missing = sorted(set(settings.subnet_ids) - set(selected.subnet_ids))
+            if missing:
+                raise ConfigError(f"network.subnet_ids: {', '.join(missing)} not found in {settings.vpc_id}")
+            if len(set(selected.availability_zones)) < len(settings.subnet_ids):
+                raise ConfigError(
+                    "network.subnet_ids: the subnets must be in different availability zones "
+                    "(EFS takes one mount target per zone)"
+                )
 
         if settings.endpoints:
             self.vpc.add_gateway_endpoint("S3Endpoint", service=ec2.GatewayVpcEndpointAwsService.S3)

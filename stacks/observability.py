@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from aws_cdk import Duration
+from aws_cdk import Aws, Duration
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_efs as efs
@@ -60,12 +60,27 @@ class ObservabilityConstruct(Construct):
             raise ValueError(f"observability needs the archiver function of every stream; missing {missing}")
         key = kms.Key(self, "TopicKey", enable_key_rotation=True, description="Encrypts Tidemark alarm notifications")
         self.topic = sns.Topic(self, "AlarmTopic", master_key=key, enforce_ssl=True, display_name="Tidemark alarms")
-        # CloudWatch publishes to the encrypted topic with the key (the topic's own grant is not enough).
+        # Alarms of this account publish to the topic. The TLS-only topic policy replaces SNS's
+        # default one, so CloudWatch is allowed explicitly, and needs the key to encrypt.
+        alarms_here = {
+            "StringEquals": {"aws:SourceAccount": Aws.ACCOUNT_ID},
+            "ArnLike": {"aws:SourceArn": f"arn:{Aws.PARTITION}:cloudwatch:{Aws.REGION}:{Aws.ACCOUNT_ID}:alarm:*"},
+        }
+        self.topic.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="CloudWatchAlarmsPublish",
+                actions=["sns:Publish"],
+                principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
+                resources=[self.topic.topic_arn],
+                conditions=alarms_here,
+            )
+        )
         key.add_to_resource_policy(
             iam.PolicyStatement(
                 actions=["kms:Decrypt", "kms:GenerateDataKey"],
                 principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
                 resources=["*"],  # in a key policy, "*" means this key
+                conditions=alarms_here,
             )
         )
         for address in config.alarms.emails:

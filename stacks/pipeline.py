@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from aws_cdk import (
     Duration,
     ILocalBundling,
     RemovalPolicy,
+    Token,
 )
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_emrserverless as emrs
@@ -48,7 +50,8 @@ from tidemark.exceptions import ConfigError
 IMAGE_PYTHON = "/usr/bin/python3.11"
 #: the managed EventBridge rule Step Functions uses to follow a .sync EMR Serverless job run
 SYNC_RULE = "StepFunctionsGetEventsForEMRServerlessJobRule"
-_PACKAGES = ("tidemark", "jobs")
+#: EMR Serverless refuses a configuration property value longer than this
+MAX_PROPERTY_CHARS = 1024
 _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "image")
 
 
@@ -97,7 +100,10 @@ class PipelineConstruct(Construct):
         ledger_table: dynamodb.ITable,
         aggregates_table: dynamodb.ITable,
         environment: Mapping[str, str],
+        runtime_config: str,
     ) -> None:
+        """``environment`` holds the job's short settings (bucket and table names);
+        ``runtime_config`` the configuration's JSON, which goes to S3 as an asset."""
         super().__init__(scope, construct_id)
         settings = config.pipeline
         self.streams = [stream.name for stream in config.streams if stream.aggregations]
@@ -144,16 +150,24 @@ class PipelineConstruct(Construct):
             ),
         )
 
+        # The configuration as a file asset: far too long for a Spark property (1,024 characters).
+        config_dir = Path(tempfile.mkdtemp(prefix="tidemark-job-config-"))
+        (config_dir / "tidemark.json").write_text(runtime_config, encoding="utf-8")
+        self.config_asset = s3_assets.Asset(self, "JobConfig", path=str(config_dir / "tidemark.json"))
+
         self.job_role = iam.Role(
             self,
             "JobRole",
             assumed_by=iam.ServicePrincipal(
                 "emr-serverless.amazonaws.com",
-                conditions={"StringEquals": {"aws:SourceAccount": Aws.ACCOUNT_ID}},
+                conditions={
+                    "StringEquals": {"aws:SourceAccount": Aws.ACCOUNT_ID},
+                    "ArnLike": {"aws:SourceArn": self.application_arn},
+                },
             ),
             description="Tidemark aggregation job: reads archived hours, writes hourly aggregates",
         )
-        for asset in (self.script, self.code):
+        for asset in (self.script, self.code, self.config_asset):
             self.job_role.add_to_policy(
                 iam.PolicyStatement(
                     actions=["s3:GetObject"], resources=[asset.bucket.arn_for_objects(asset.s3_object_key)]
@@ -183,6 +197,12 @@ class PipelineConstruct(Construct):
     def _spark_properties(self, environment: Mapping[str, str]) -> dict[str, str]:
         """Driver and executor environment, as spark-defaults properties (no shell quoting)."""
         env = {**environment, "AWS_REGION": Aws.REGION, "PYSPARK_PYTHON": IMAGE_PYTHON}
+        for name, value in env.items():
+            if not Token.is_unresolved(value) and len(value) > MAX_PROPERTY_CHARS:
+                raise ConfigError(
+                    f"pipeline: the job setting {name} is {len(value)} characters; "
+                    f"EMR Serverless takes at most {MAX_PROPERTY_CHARS} per property"
+                )
         properties = {f"spark.emr-serverless.driverEnv.{name}": value for name, value in env.items()}
         properties.update({f"spark.executorEnv.{name}": value for name, value in env.items()})
         return properties
@@ -204,7 +224,9 @@ class PipelineConstruct(Construct):
                     "JobDriver": {
                         "SparkSubmit": {
                             "EntryPoint": self.script.s3_object_url,
-                            "EntryPointArguments.$": "States.Array('--stream', $.stream)",
+                            "EntryPointArguments.$": (
+                                f"States.Array('--stream', $.stream, '--config', '{self.config_asset.s3_object_url}')"
+                            ),
                             "SparkSubmitParameters": f"--py-files {self.code.s3_object_url}",
                         }
                     },

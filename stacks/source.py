@@ -92,11 +92,12 @@ class SourceConstruct(Construct):
                 allow_all_outbound=False,
                 description="Tidemark dev MSK Serverless cluster and the event source mapping pollers",
             )
-            # The mapping's pollers get this group too: they reach the brokers through it, and
-            # STS and Lambda through the VPC's interface endpoints.
+            # The mapping's pollers get this group too: they reach the brokers through it, STS and
+            # Lambda through the VPC's interface endpoints, and S3 (the on-failure destination)
+            # through the gateway endpoint, whose addresses are S3's public ranges: HTTPS anywhere.
             group.add_ingress_rule(group, ec2.Port.tcp(KAFKA_IAM_PORT), "Kafka (IAM auth) within the group")
             group.add_egress_rule(group, ec2.Port.tcp(KAFKA_IAM_PORT), "Kafka (IAM auth) within the group")
-            group.add_egress_rule(ec2.Peer.ipv4(vpc.vpc_cidr_block), ec2.Port.tcp(443), "STS and Lambda endpoints")
+            group.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "HTTPS to STS, Lambda and S3 endpoints")
             self.dev_cluster_security_group = group
             self.dev_cluster = msk.CfnServerlessCluster(
                 self,

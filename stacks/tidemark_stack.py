@@ -119,8 +119,8 @@ class TidemarkStack(Stack):
                 ENV_BUCKET: self.storage.bucket.bucket_name,
                 ENV_LEDGER_TABLE: self.storage.ledger_table.table_name,
                 ENV_AGGREGATES_TABLE: self.storage.aggregates_table.table_name,
-                ENV_JSON: runtime_config,
             },
+            runtime_config=runtime_config,
         )
         self.observability = ObservabilityConstruct(
             self,

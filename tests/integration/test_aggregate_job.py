@@ -153,17 +153,18 @@ def test_a_record_in_two_objects_counts_once(spark, archive, aggregates, moto_en
     )
 
 
-def test_the_job_entry_point_runs_from_the_environment(archive, aggregates, moto_endpoint, tmp_path):
-    """``python jobs/aggregate.py`` as spark-submit would run it: its own Spark, settings from env."""
+def test_the_job_entry_point_runs_as_deployed(archive, aggregates, moto_endpoint, tmp_path):
+    """``python jobs/aggregate.py`` as the deployed schedule runs it: its own Spark, the tables from
+    the environment, the configuration from an S3 object named by ``--config``."""
     _sink, table = aggregates
     config = small_config(max_records=50)
     runtime = archive.runtime(config)
     orders = make_orders(partitions=1, per_partition=100, hours=1, late_share=0.0, bad_share=0.0, seed=13)
     Archiver(runtime).handle(msk_event(orders.all_records()))
     flush_all(archive, runtime, config, [0])
+    archive.s3.put_object(Bucket=archive.bucket, Key="assets/config.json", Body=config.runtime_json().encode())
     env = {
-        **os.environ,
-        "TIDEMARK_CONFIG_JSON": config.model_dump_json(),
+        **{k: v for k, v in os.environ.items() if not k.startswith("TIDEMARK_CONFIG")},
         "TIDEMARK_BUCKET": archive.bucket,
         "TIDEMARK_LEDGER_TABLE": archive.table,
         "TIDEMARK_AGGREGATES_TABLE": table.name,
@@ -171,7 +172,11 @@ def test_the_job_entry_point_runs_from_the_environment(archive, aggregates, moto
         "PYSPARK_PYTHON": sys.executable,
     }
     done = subprocess.run(
-        [sys.executable, str(REPO / "jobs" / "aggregate.py"), "--stream", "orders", "--tasks", "2"],
+        [
+            sys.executable,
+            str(REPO / "jobs" / "aggregate.py"),
+            *("--stream", "orders", "--tasks", "2", "--config", f"s3://{archive.bucket}/assets/config.json"),
+        ],
         env=env,
         capture_output=True,
         text=True,

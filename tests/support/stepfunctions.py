@@ -23,6 +23,8 @@ from typing import Any
 from aws_cdk.assertions import Template
 
 import app as cdk_app
+from stacks.tidemark_stack import TidemarkStack
+from tests.support.cdk import cdk_context, logical_id
 from tidemark.embedded.lambda_runtime import HandlerRef, LocalContext, load_handler
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,10 +49,11 @@ def _resolve(value: Any) -> str:
 
 
 def synthesized_sweeper(config_path: Path) -> SynthesizedSweeper:
-    app = cdk_app.build_app(config_path)
+    app = cdk_app.build_app(config_path, context=cdk_context())
     stack = app.node.find_child("Tidemark")
-    template = Template.from_stack(stack)  # type: ignore[arg-type]
-    (machine,) = template.find_resources("AWS::StepFunctions::StateMachine").values()
+    assert isinstance(stack, TidemarkStack)
+    template = Template.from_stack(stack)
+    machine = template.find_resources("AWS::StepFunctions::StateMachine")[logical_id(stack.sweeper.state_machine)]
     definition = _resolve(machine["Properties"]["DefinitionString"])
     functions = template.find_resources("AWS::Lambda::Function")
     handlers = {logical_id: fn["Properties"]["Handler"] for logical_id, fn in functions.items()}

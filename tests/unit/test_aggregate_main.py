@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobs.aggregate import hour_range
+from jobs.aggregate import hour_range, load_job_config
 from jobs.aggregation.sink import aggregate_pk, group_key
 from tidemark.exceptions import ConfigError
 
@@ -40,3 +40,9 @@ def test_numbers_dynamodb_cannot_hold_are_stored_as_text() -> None:
     assert _number(2.5) == Decimal("2.5") and _number(7) == 7 and _number(None) is None
     assert [_number(float("nan")), _number(float("inf")), _number(1e300)] == ["nan", "inf", "1e+300"]
     assert _number([1.5, {"x": 2.0}]) == [Decimal("1.5"), {"x": Decimal("2.0")}]
+
+
+@pytest.mark.parametrize("location", ["s3://", "s3://bucket-only", "s3:///key-only"])
+def test_a_config_address_without_bucket_or_key_is_refused(location: str) -> None:
+    with pytest.raises(ConfigError, match="is not an s3://bucket/key address"):
+        load_job_config(location)

@@ -536,3 +536,37 @@ def test_provisioned_pollers_bounds() -> None:
     pollers = {"minimum": 10, "maximum": 5}
     message = config_error(minimal(archiver={"provisioned_pollers": pollers}))
     assert "streams[0].archiver.provisioned_pollers: minimum (10) is above maximum (5)" in message
+
+
+@pytest.mark.parametrize(
+    ("transitions", "message"),
+    [
+        (
+            [{"storage_class": "GLACIER", "after": "30d"}, {"storage_class": "STANDARD_IA", "after": "60d"}],
+            "cannot move objects from GLACIER to STANDARD_IA",
+        ),
+        (
+            [{"storage_class": "STANDARD_IA", "after": "30d"}, {"storage_class": "GLACIER_IR", "after": "40d"}],
+            "must stay 30d in STANDARD_IA before moving on (30d -> 40d)",
+        ),
+    ],
+)
+def test_transitions_follow_s3s_waterfall(transitions: list[dict[str, str]], message: str) -> None:
+    assert message in config_error({**minimal(), "archive": {"transitions": transitions}})
+
+
+@pytest.mark.parametrize(
+    ("pipeline", "field"),
+    [
+        ({"job_timeout": "90s", "schedule": "1h"}, "pipeline.job_timeout: must be whole minutes"),
+        ({"max_cpu": "0 vCPU"}, "pipeline.max_cpu"),
+        ({"max_memory": "64 TB"}, "pipeline.max_memory"),
+    ],
+)
+def test_pipeline_values_emr_would_refuse(pipeline: dict[str, str], field: str) -> None:
+    assert field in config_error({**minimal(), "pipeline": pipeline})
+
+
+def test_cloudformation_accepts_these_capacity_spellings() -> None:
+    config = parse_config({**minimal(), "pipeline": {"max_cpu": "16vCPU", "max_memory": "120 GB"}})
+    assert (config.pipeline.max_cpu, config.pipeline.max_memory) == ("16vCPU", "120 GB")

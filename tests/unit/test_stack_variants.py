@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from aws_cdk.assertions import Match, Template
 
 from tests.support.cdk import TEST_ENV, cdk_context, logical_id, synth_stack, with_changes
 from tidemark.config import TidemarkConfig
+from tidemark.exceptions import ConfigError
 
 VPC_ID = "vpc-0123456789abcdef0"
 SUBNETS = ["subnet-0aaaaaaaaaaaaaaa1", "subnet-0aaaaaaaaaaaaaaa2"]
@@ -55,6 +57,31 @@ def test_existing_vpc_is_looked_up_and_its_chosen_subnets_used(example_config: T
     assert sorted(fn["Properties"]["VpcConfig"]["SubnetIds"]) == SUBNETS
     group = template.find_resources("AWS::EC2::SecurityGroup")[logical_id(stack.network.function_security_group)]
     assert group["Properties"]["VpcId"] == VPC_ID
+
+
+@pytest.mark.parametrize(
+    ("subnets", "message"),
+    [
+        ([SUBNETS[0], "subnet-0bbbbbbbbbbbbbbb9"], "subnet-0bbbbbbbbbbbbbbb9 not found in vpc-0123456789abcdef0"),
+        ([SUBNETS[0], SUBNETS[0].replace("1", "4")], "must be in different availability zones"),
+    ],
+)
+def test_chosen_subnets_must_exist_and_span_zones(
+    example_config: TidemarkConfig, subnets: list[str], message: str
+) -> None:
+    lookup = json.loads(json.dumps(VPC_LOOKUP))
+    (response,) = lookup.values()
+    response["subnetGroups"][0]["subnets"].append(
+        {
+            "subnetId": SUBNETS[0].replace("1", "4"),
+            "cidr": "10.0.96.0/19",
+            "availabilityZone": "us-east-1a",  # the same zone as the first
+            "routeTableId": "rtb-0aaaaaaaaaaaaaaa4",
+        }
+    )
+    config = with_changes(example_config, network={"vpc_id": VPC_ID, "subnet_ids": subnets})
+    with pytest.raises(ConfigError, match=f"network.subnet_ids: .*{message}"):
+        synth_stack(config, context=cdk_context(**lookup), env=TEST_ENV, nag=False)
 
 
 def test_dev_cluster_is_created_and_read_with_iam_auth(example_config: TidemarkConfig) -> None:

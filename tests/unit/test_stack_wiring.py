@@ -379,14 +379,19 @@ def test_pipeline_runs_the_job_asset_with_the_tables_in_its_environment(
     task = definition["States"]["AggregateEachStream"]["ItemProcessor"]["States"]["RunAggregation"]
     assert task["Resource"].endswith(":states:::emr-serverless:startJobRun.sync")
     submit = task["Parameters"]["JobDriver"]["SparkSubmit"]
-    assert submit["EntryPointArguments.$"] == "States.Array('--stream', $.stream)"
+    config_url = render(stack.resolve(stack.pipeline.config_asset.s3_object_url))
+    assert submit["EntryPointArguments.$"] == f"States.Array('--stream', $.stream, '--config', '{config_url}')"
+    assert config_url.endswith(".json")
     assert submit["EntryPoint"].startswith("s3://") and submit["EntryPoint"].endswith(".py")
     assert submit["SparkSubmitParameters"].startswith("--py-files s3://")
     assert task["Parameters"]["ExecutionTimeoutMinutes"] == 50
     properties = task["Parameters"]["ConfigurationOverrides"]["ApplicationConfiguration"][0]["Properties"]
-    for name in ("TIDEMARK_BUCKET", "TIDEMARK_LEDGER_TABLE", "TIDEMARK_AGGREGATES_TABLE", "TIDEMARK_CONFIG_JSON"):
+    for name in ("TIDEMARK_BUCKET", "TIDEMARK_LEDGER_TABLE", "TIDEMARK_AGGREGATES_TABLE", "AWS_REGION"):
         assert f"spark.emr-serverless.driverEnv.{name}" in properties
         assert f"spark.executorEnv.{name}" in properties
+    # the configuration travels as an S3 object: EMR takes at most 1,024 characters per property
+    assert not [key for key in properties if "TIDEMARK_CONFIG" in key]
+    assert all(len(value) <= 1024 for value in properties.values() if isinstance(value, str))
     assert properties["spark.emr-serverless.driverEnv.PYSPARK_PYTHON"] == "/usr/bin/python3.11"
     assert definition["TimeoutSeconds"] == 3600  # one schedule period: runs never overlap
 

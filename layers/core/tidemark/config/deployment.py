@@ -137,9 +137,13 @@ class ArchiverFunctionSettings(_Model):
         return self
 
 
-StorageClass = Literal["STANDARD_IA", "ONEZONE_IA", "INTELLIGENT_TIERING", "GLACIER_IR", "GLACIER", "DEEP_ARCHIVE"]
-#: S3 refuses transitions to the infrequent-access classes before 30 days
+StorageClass = Literal["STANDARD_IA", "INTELLIGENT_TIERING", "ONEZONE_IA", "GLACIER_IR", "GLACIER", "DEEP_ARCHIVE"]
+#: S3's transition waterfall: an object only ever moves to a class further down this list
+STORAGE_CLASS_ORDER = ("STANDARD_IA", "INTELLIGENT_TIERING", "ONEZONE_IA", "GLACIER_IR", "GLACIER", "DEEP_ARCHIVE")
+#: S3 refuses transitions to the infrequent-access classes before 30 days, and moves objects out
+#: of them only after 30 days there
 _MIN_DAYS = {"STANDARD_IA": 30, "ONEZONE_IA": 30}
+IA_MIN_STAY_DAYS = 30
 
 
 class StorageTransition(_Model):
@@ -170,8 +174,9 @@ class PipelineSettings(_Model):
     #: an image built from jobs/image/Dockerfile: EMR's own image has Python 3.9, the job needs 3.11
     image_uri: str | None = Field(default=None, pattern=ECR_IMAGE_URI)
     schedule: Duration = timedelta(hours=1)
-    max_cpu: str = Field(default="16 vCPU", pattern=r"^\d+ vCPU$")
-    max_memory: str = Field(default="64 GB", pattern=r"^\d+ GB$")
+    # CloudFormation's own patterns for MaximumAllowedResources
+    max_cpu: str = Field(default="16 vCPU", pattern=r"^[1-9][0-9]*\s?(vCPU|vcpu|VCPU)?$")
+    max_memory: str = Field(default="64 GB", pattern=r"^[1-9][0-9]*\s?(GB|gb|gB|Gb)?$")
     idle_timeout: Duration = timedelta(minutes=15)
     job_timeout: Duration = timedelta(minutes=50)
 
@@ -180,6 +185,13 @@ class PipelineSettings(_Model):
     def _schedule(cls, value: timedelta) -> timedelta:
         if not timedelta(minutes=5) <= value <= timedelta(days=1) or value.total_seconds() % 60:
             raise ValueError("must be whole minutes between 5m and 24h (an EventBridge rate)")
+        return value
+
+    @field_validator("job_timeout")
+    @classmethod
+    def _job_timeout(cls, value: timedelta) -> timedelta:
+        if value < timedelta(minutes=1) or value.total_seconds() % 60:
+            raise ValueError("must be whole minutes, at least 1m (EMR Serverless's ExecutionTimeoutMinutes)")
         return value
 
     @field_validator("idle_timeout")

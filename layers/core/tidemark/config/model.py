@@ -6,6 +6,7 @@ being silently ignored.
 
 from __future__ import annotations
 
+import itertools
 import re
 from datetime import timedelta
 from typing import Literal
@@ -14,6 +15,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import BaseModel, ByteSize, ConfigDict, Field, field_validator, model_validator
 
 from tidemark.config.deployment import (
+    IA_MIN_STAY_DAYS,
+    STORAGE_CLASS_ORDER,
     AlarmSettings,
     ArchiverFunctionSettings,
     DevClusterSettings,
@@ -231,6 +234,17 @@ class ArchiveSettings(_Model):
         days = [transition.days for transition in value]
         if days != sorted(set(days)):
             raise ValueError(f"transitions must be in ascending order of 'after', without repeats, got days {days}")
+        for before, after in itertools.pairwise(value):
+            if STORAGE_CLASS_ORDER.index(after.storage_class) <= STORAGE_CLASS_ORDER.index(before.storage_class):
+                raise ValueError(
+                    f"S3 cannot move objects from {before.storage_class} to {after.storage_class} "
+                    f"(the order is {', '.join(STORAGE_CLASS_ORDER)})"
+                )
+            if before.storage_class in ("STANDARD_IA", "ONEZONE_IA") and after.days - before.days < IA_MIN_STAY_DAYS:
+                raise ValueError(
+                    f"objects must stay {IA_MIN_STAY_DAYS}d in {before.storage_class} before moving on "
+                    f"({before.days}d -> {after.days}d)"
+                )
         return value
 
     @field_validator("segment_grace")
