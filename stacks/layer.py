@@ -24,6 +24,7 @@ from aws_cdk import AssetHashType, BundlingOptions, DockerImage, ILocalBundling
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
+from stacks.assets import tree_hash
 from tidemark.exceptions import ConfigError
 
 LAMBDA_PLATFORM = "manylinux2014_aarch64"  # the functions run on arm64 (Graviton)
@@ -41,16 +42,6 @@ def project_requirements(pyproject: Path) -> list[str]:
     if not isinstance(requirements, list) or not all(isinstance(item, str) for item in requirements):
         raise ConfigError(f"{pyproject}: [project].dependencies must be a list of requirement strings")
     return requirements
-
-
-def source_hash(package_dir: Path, requirements: list[str]) -> str:
-    """A hash of the package's files and the requirements: what the layer is built from."""
-    digest = hashlib.sha256("\n".join([LAMBDA_PLATFORM, LAMBDA_PYTHON, *sorted(requirements)]).encode())
-    for path in sorted(package_dir.rglob("*")):
-        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
-            digest.update(path.relative_to(package_dir).as_posix().encode())
-            digest.update(path.read_bytes())
-    return digest.hexdigest()
 
 
 @jsii.implements(ILocalBundling)
@@ -132,7 +123,9 @@ class CoreLayer(Construct):
                 ),
                 # The asset changes when the package source or the requirements change.
                 asset_hash_type=AssetHashType.CUSTOM,
-                asset_hash=source_hash(package_dir, requirements),
+                asset_hash=tree_hash(
+                    package_dir, [package_dir], salt=[LAMBDA_PLATFORM, LAMBDA_PYTHON, *sorted(requirements)]
+                ),
             ),
             compatible_runtimes=[lambda_.Runtime.PYTHON_3_11],
             compatible_architectures=[lambda_.Architecture.ARM_64],

@@ -39,6 +39,17 @@ def tidemark_metric(name: str, service: str, *, stream: str | None = None, stati
     )
 
 
+def failed_or_timed_out(machine: sfn.IStateMachine) -> cw.MathExpression:
+    return cw.MathExpression(
+        expression="failed + timedout",
+        using_metrics={
+            "failed": machine.metric_failed(period=PERIOD),
+            "timedout": machine.metric_timed_out(period=PERIOD),
+        },
+        period=PERIOD,
+    )
+
+
 class ObservabilityConstruct(Construct):
     """``topic`` (alarm notifications), ``dashboards[stream]`` and ``alarms[stream]``."""
 
@@ -155,30 +166,14 @@ class ObservabilityConstruct(Construct):
                 "the ledger and the bucket disagree (see the Reconcile step's ERROR log lines)",
             ),
             self._alarm(
-                "SweeperFailures",
-                cw.MathExpression(
-                    expression="failed + timedout",
-                    using_metrics={
-                        "failed": self._sweeper.metric_failed(period=PERIOD),
-                        "timedout": self._sweeper.metric_timed_out(period=PERIOD),
-                    },
-                    period=PERIOD,
-                ),
-                "a sweeper execution failed or timed out",
+                "SweeperFailures", failed_or_timed_out(self._sweeper), "a sweeper execution failed or timed out"
             ),
         ]
         if self._pipeline is not None:
             alarms.append(
                 self._alarm(
                     "AggregationFailures",
-                    cw.MathExpression(
-                        expression="failed + timedout",
-                        using_metrics={
-                            "failed": self._pipeline.metric_failed(period=PERIOD),
-                            "timedout": self._pipeline.metric_timed_out(period=PERIOD),
-                        },
-                        period=PERIOD,
-                    ),
+                    failed_or_timed_out(self._pipeline),
                     "an aggregation job run failed or timed out (its hours stay dirty and are retried)",
                 )
             )

@@ -14,7 +14,6 @@ schedule period.
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import tempfile
 from collections.abc import Mapping
@@ -29,7 +28,6 @@ from aws_cdk import (
     DockerImage,
     Duration,
     ILocalBundling,
-    RemovalPolicy,
     Token,
 )
 from aws_cdk import aws_dynamodb as dynamodb
@@ -37,11 +35,11 @@ from aws_cdk import aws_emrserverless as emrs
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
+from stacks.assets import tree_hash, workflow
 from stacks.grants import ArchiveAccess
 from tidemark.config import TidemarkConfig
 from tidemark.exceptions import ConfigError
@@ -57,16 +55,6 @@ _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "image")
 
 def _packages(root: Path) -> list[Path]:
     return [root / "layers" / "core" / "tidemark", root / "jobs"]
-
-
-def packages_hash(root: Path) -> str:
-    digest = hashlib.sha256()
-    for package in _packages(root):
-        for path in sorted(package.rglob("*")):
-            if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
-                digest.update(path.relative_to(root).as_posix().encode())
-                digest.update(path.read_bytes())
-    return digest.hexdigest()
 
 
 @jsii.implements(ILocalBundling)
@@ -142,7 +130,7 @@ class PipelineConstruct(Construct):
             "JobCode",
             path=str(root / "jobs"),
             asset_hash_type=AssetHashType.CUSTOM,
-            asset_hash=packages_hash(root),
+            asset_hash=tree_hash(root, _packages(root)),
             bundling=BundlingOptions(
                 # Only used if local bundling declined; it never does.
                 image=DockerImage.from_registry("public.ecr.aws/docker/library/python:3.11-slim"),
@@ -246,19 +234,10 @@ class PipelineConstruct(Construct):
             max_concurrency=len(self.streams),
         )
         each_stream.item_processor(run_job)
-        machine = sfn.StateMachine(
+        machine = workflow(
             self,
-            "StateMachine",
-            definition_body=sfn.DefinitionBody.from_chainable(each_stream),
+            each_stream,
             timeout=Duration.minutes(int(settings.schedule.total_seconds() // 60)),
-            tracing_enabled=True,
-            logs=sfn.LogOptions(
-                destination=logs.LogGroup(
-                    self, "Executions", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY
-                ),
-                level=sfn.LogLevel.ALL,
-                include_execution_data=False,
-            ),
             comment="Tidemark aggregation: one EMR Serverless job run per stream with aggregations",
         )
         # CustomState adds no permissions: exactly what startJobRun.sync needs.

@@ -154,30 +154,23 @@ class StorageConstruct(Construct):
             ],
             removal_policy=RemovalPolicy.RETAIN,
         )
-        self._ledger_table = dynamodb.Table(
+        self._ledger_table = self._table("LedgerTable", keys, ttl_attribute=LEDGER_TTL_ATTRIBUTE)
+        # Same key shape as the ledger (``pk_sk_table_schema``, which the job's sink uses too).
+        aggregate_keys = ledger_table_keys(pk_sk_table_schema("unused-cdk-generates-the-name"))
+        self._aggregates_table = self._table("AggregatesTable", aggregate_keys, ttl_attribute=None)
+
+    def _table(self, construct_id: str, keys: LedgerTableKeys, *, ttl_attribute: str | None) -> dynamodb.Table:
+        """A retained table with point-in-time recovery."""
+        return dynamodb.Table(
             self,
-            "LedgerTable",
+            construct_id,
             partition_key=keys.partition_key,
             sort_key=keys.sort_key,
             billing_mode=keys.billing_mode,
             point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
                 point_in_time_recovery_enabled=True,
             ),
-            time_to_live_attribute=LEDGER_TTL_ATTRIBUTE,
-            removal_policy=RemovalPolicy.RETAIN,
-        )
-
-        # Same key shape as the ledger (``pk_sk_table_schema``, which the job's sink uses too).
-        aggregate_keys = ledger_table_keys(pk_sk_table_schema("unused-cdk-generates-the-name"))
-        self._aggregates_table = dynamodb.Table(
-            self,
-            "AggregatesTable",
-            partition_key=aggregate_keys.partition_key,
-            sort_key=aggregate_keys.sort_key,
-            billing_mode=aggregate_keys.billing_mode,
-            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
-                point_in_time_recovery_enabled=True,
-            ),
+            time_to_live_attribute=ttl_attribute,
             removal_policy=RemovalPolicy.RETAIN,
         )
 

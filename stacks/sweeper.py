@@ -16,16 +16,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import Duration
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_logs as logs
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
+from stacks.assets import workflow
 from stacks.functions import MIN_EPHEMERAL_MB, Placement, TidemarkFunction, spool_mb
 from stacks.grants import ArchiveAccess, grant_ledger
 from tidemark.config import TidemarkConfig
@@ -117,19 +117,10 @@ class SweeperConstruct(Construct):
         access.read(self.functions.reconcile, every_stream + dead_letters, list_objects=True)
         access.put(self.functions.complete_hours, [config.sweeper.manifests_prefix])
 
-        self.state_machine = sfn.StateMachine(
+        self.state_machine = workflow(
             self,
-            "StateMachine",
-            definition_body=sfn.DefinitionBody.from_chainable(self._definition(config)),
+            self._definition(config),
             timeout=Duration.seconds(int(interval.total_seconds())),
-            tracing_enabled=True,
-            logs=sfn.LogOptions(
-                destination=logs.LogGroup(
-                    self, "Executions", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY
-                ),
-                level=sfn.LogLevel.ALL,
-                include_execution_data=False,
-            ),
             comment="Tidemark sweeper: idle flushes, crash recovery, orphan cleanup, reconciliation, hour completeness",
         )
         self.schedule = events.Rule(
