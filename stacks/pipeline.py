@@ -14,8 +14,8 @@ schedule period.
 
 from __future__ import annotations
 
+import hashlib
 import shutil
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ from aws_cdk import (
     DockerImage,
     Duration,
     ILocalBundling,
+    Stage,
     Token,
 )
 from aws_cdk import aws_dynamodb as dynamodb
@@ -139,9 +140,15 @@ class PipelineConstruct(Construct):
         )
 
         # The configuration as a file asset: far too long for a Spark property (1,024 characters).
-        config_dir = Path(tempfile.mkdtemp(prefix="tidemark-job-config-"))
-        (config_dir / "tidemark.json").write_text(runtime_config, encoding="utf-8")
-        self.config_asset = s3_assets.Asset(self, "JobConfig", path=str(config_dir / "tidemark.json"))
+        # Written next to the assembly, named by its content, so a synth leaves nothing elsewhere.
+        stage = Stage.of(self)
+        if stage is None:  # every construct of an App has one; a bare construct tree does not
+            raise ValueError("PipelineConstruct must be built inside a CDK App")
+        config_file = Path(stage.outdir) / (
+            f"tidemark-config-{hashlib.sha256(runtime_config.encode()).hexdigest()[:16]}.json"
+        )
+        config_file.write_text(runtime_config, encoding="utf-8")
+        self.config_asset = s3_assets.Asset(self, "JobConfig", path=str(config_file))
 
         self.job_role = iam.Role(
             self,

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from aws_cdk.assertions import Match, Template
 
-from tests.support.cdk import TEST_ENV, cdk_context, logical_id, synth_stack, with_changes
+from stacks.pipeline import PipelineConstruct
+from tests.support.cdk import REPO, TEST_ENV, cdk_context, logical_id, synth_stack, with_changes
 from tidemark.config import TidemarkConfig
 from tidemark.exceptions import ConfigError
 
@@ -175,3 +176,19 @@ def test_stack_synthesizes_without_an_environment(example_config: TidemarkConfig
     stack, template = synth_stack(example_config, nag=False)
     assert stack.resolve(stack.account) == {"Ref": "AWS::AccountId"}
     assert isinstance(template, Template)
+
+
+def test_a_job_setting_too_long_for_an_emr_property_fails_synth(example_config: TidemarkConfig) -> None:
+    stack, _ = synth_stack(example_config, nag=False)
+    with pytest.raises(ConfigError, match="the job setting TIDEMARK_X is 1025 characters"):
+        PipelineConstruct(
+            stack,
+            "Another",
+            config=example_config,
+            root=REPO,
+            access=stack.access,
+            ledger_table=stack.storage.ledger_table,
+            aggregates_table=stack.storage.aggregates_table,
+            environment={"TIDEMARK_X": "x" * 1025},
+            runtime_config=example_config.runtime_json(),
+        )
