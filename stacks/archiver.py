@@ -33,8 +33,9 @@ ON_FAILURE_PREFIX = "aws/lambda"
 
 @jsii.implements(lambda_.IEventSourceDlq)
 class PrefixScopedS3OnFailure:
-    """The archive bucket as the mapping's on-failure destination, granted on ``aws/lambda/*`` only
-    (CDK's ``S3OnFailureDestination`` grants read and write on the whole bucket)."""
+    """The archive bucket as the mapping's on-failure destination: object writes under
+    ``aws/lambda/*`` only (CDK's ``S3OnFailureDestination`` grants read and write, deletes included,
+    on the whole bucket)."""
 
     def __init__(self, access: ArchiveAccess) -> None:
         self.access = access
