@@ -24,15 +24,11 @@ from aws_cdk import AssetHashType, BundlingOptions, DockerImage, ILocalBundling
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
-from stacks.assets import tree_hash
+from stacks.assets import CORE_LOCAL_ONLY, ShippedPackage, tree_hash
 from tidemark.exceptions import ConfigError
 
 LAMBDA_PLATFORM = "manylinux2014_aarch64"  # the functions run on arm64 (Graviton)
 LAMBDA_PYTHON = "3.11"
-#: never shipped: bytecode of the building machine and the laptop-only parts of the package (the
-#: embedded runner and the CLI, which import moto, Kafka clients and Typer)
-LOCAL_ONLY = ("embedded", "cli")
-_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
 
 
 def project_requirements(pyproject: Path) -> list[str]:
@@ -49,13 +45,17 @@ class PipLayerBundling:
     """Local bundling: ``python/`` with the dependencies for the Lambda platform plus the package."""
 
     def __init__(
-        self, *, package_dir: Path, requirements: list[str], cache_dir: Path, platform: str = LAMBDA_PLATFORM
+        self, *, package: ShippedPackage, requirements: list[str], cache_dir: Path, platform: str = LAMBDA_PLATFORM
     ) -> None:
-        self.package_dir = package_dir
+        self.package = package
         self.requirements = requirements
         self.platform = platform  # another platform only for tests that run the layer on this machine
-        key = "\n".join([platform, LAMBDA_PYTHON, *sorted(requirements)])
-        self.cache = cache_dir / hashlib.sha256(key.encode()).hexdigest()[:16]
+        self.cache = cache_dir / hashlib.sha256("\n".join(self.dependency_key).encode()).hexdigest()[:16]
+
+    @property
+    def dependency_key(self) -> list[str]:
+        """What the installed dependencies depend on: the platform, Python and the requirements."""
+        return [self.platform, LAMBDA_PYTHON, *sorted(self.requirements)]
 
     def _dependencies(self) -> Path:
         if (self.cache / ".complete").is_file():
@@ -93,10 +93,7 @@ class PipLayerBundling:
         """Called by CDK at synth; returning True means no Docker fallback is needed."""
         target = Path(output_dir) / "python"
         shutil.copytree(self._dependencies(), target, ignore=shutil.ignore_patterns(".complete"), dirs_exist_ok=True)
-        package = target / self.package_dir.name
-        shutil.copytree(self.package_dir, package, ignore=_IGNORE, dirs_exist_ok=True)
-        for name in LOCAL_ONLY:
-            shutil.rmtree(package / name, ignore_errors=True)
+        self.package.copy_into(target)
         return True
 
 
@@ -108,8 +105,10 @@ class CoreLayer(Construct):
         package_dir = root / "layers" / "core" / "tidemark"
         if not (package_dir / "__init__.py").is_file():
             raise ConfigError(f"core layer: {package_dir} is not the tidemark package")
-        requirements = project_requirements(root / "pyproject.toml")
-        bundling = PipLayerBundling(package_dir=package_dir, requirements=requirements, cache_dir=cache_dir)
+        package = ShippedPackage(package_dir, leave_out=CORE_LOCAL_ONLY)
+        bundling = PipLayerBundling(
+            package=package, requirements=project_requirements(root / "pyproject.toml"), cache_dir=cache_dir
+        )
         self.layer = lambda_.LayerVersion(
             self,
             "Layer",
@@ -123,9 +122,7 @@ class CoreLayer(Construct):
                 ),
                 # The asset changes when the package source or the requirements change.
                 asset_hash_type=AssetHashType.CUSTOM,
-                asset_hash=tree_hash(
-                    package_dir, [package_dir], salt=[LAMBDA_PLATFORM, LAMBDA_PYTHON, *sorted(requirements)]
-                ),
+                asset_hash=tree_hash([package], salt=bundling.dependency_key),
             ),
             compatible_runtimes=[lambda_.Runtime.PYTHON_3_11],
             compatible_architectures=[lambda_.Architecture.ARM_64],

@@ -30,7 +30,6 @@ class NetworkConstruct(Construct):
 
     def __init__(self, scope: Construct, construct_id: str, *, settings: NetworkSettings) -> None:
         super().__init__(scope, construct_id)
-        self.settings = settings
         if settings.vpc_id is not None:
             stack = Stack.of(self)
             if Token.is_unresolved(stack.account) or Token.is_unresolved(stack.region):

@@ -15,7 +15,6 @@ schedule period.
 from __future__ import annotations
 
 import hashlib
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -40,7 +39,7 @@ from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
-from stacks.assets import tree_hash, workflow
+from stacks.assets import CORE_LOCAL_ONLY, ShippedPackage, tree_hash, workflow
 from stacks.grants import ArchiveAccess
 from tidemark.config import TidemarkConfig
 from tidemark.exceptions import ConfigError
@@ -51,11 +50,15 @@ IMAGE_PYTHON = "/usr/bin/python3.11"
 SYNC_RULE = "StepFunctionsGetEventsForEMRServerlessJobRule"
 #: EMR Serverless refuses a configuration property value longer than this
 MAX_PROPERTY_CHARS = 1024
-_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "image")
 
 
-def _packages(root: Path) -> list[Path]:
-    return [root / "layers" / "core" / "tidemark", root / "jobs"]
+def job_packages(root: Path) -> list[ShippedPackage]:
+    """The job's ``--py-files``: the core package as the layer ships it, and ``jobs`` without its
+    image (built separately from ``jobs/image/Dockerfile``)."""
+    return [
+        ShippedPackage(root / "layers" / "core" / "tidemark", leave_out=CORE_LOCAL_ONLY),
+        ShippedPackage(root / "jobs", leave_out=("image",)),
+    ]
 
 
 @jsii.implements(ILocalBundling)
@@ -66,8 +69,8 @@ class CopyPackages:
         self.root = root
 
     def try_bundle(self, output_dir: str, options: Any = None, **_: Any) -> bool:
-        for package in _packages(self.root):
-            shutil.copytree(package, Path(output_dir) / package.name, ignore=_IGNORE, dirs_exist_ok=True)
+        for package in job_packages(self.root):
+            package.copy_into(Path(output_dir))
         return True
 
 
@@ -131,7 +134,7 @@ class PipelineConstruct(Construct):
             "JobCode",
             path=str(root / "jobs"),
             asset_hash_type=AssetHashType.CUSTOM,
-            asset_hash=tree_hash(root, _packages(root)),
+            asset_hash=tree_hash(job_packages(root)),
             bundling=BundlingOptions(
                 # Only used if local bundling declined; it never does.
                 image=DockerImage.from_registry("public.ecr.aws/docker/library/python:3.11-slim"),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aws_cdk import Fn, Token
+from aws_cdk import Fn, Stack, Token
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_msk as msk
@@ -102,7 +102,8 @@ class SourceConstruct(Construct):
             self.dev_cluster = msk.CfnServerlessCluster(
                 self,
                 "DevCluster",
-                cluster_name=f"tidemark-dev-{construct_id.lower()}",
+                # one per stack: two stacks in an account must not ask for the same name
+                cluster_name=f"{Stack.of(self).stack_name.lower()}-dev"[:64],
                 client_authentication=msk.CfnServerlessCluster.ClientAuthenticationProperty(
                     sasl=msk.CfnServerlessCluster.SaslProperty(iam=msk.CfnServerlessCluster.IamProperty(enabled=True))
                 ),
@@ -113,7 +114,6 @@ class SourceConstruct(Construct):
                     )
                 ],
             )
-        self._config = config
 
     def cluster_arn(self, stream: StreamConfig) -> str:
         if stream.source.cluster_arn is not None:

@@ -45,8 +45,10 @@ class StagingConstruct(Construct):
             throughput_mode=efs.ThroughputMode.ELASTIC,
             # Staged segments live minutes to hours; moving them to IA would only add latency.
             lifecycle_policy=None,
-            enable_automatic_backups=False,  # the ledger and Kafka can rebuild anything staged
+            # No AWS Backup: a restored snapshot would lag the ledger (segments it accepted since
+            # would be missing), so it could not be used without a manual re-read from Kafka anyway.
             # Staged but unflushed records are only here: keep the file system if the stack goes.
+            enable_automatic_backups=False,
             removal_policy=RemovalPolicy.RETAIN,
         )
         self.access_point = self.file_system.add_access_point(
@@ -56,4 +58,3 @@ class StagingConstruct(Construct):
             posix_user=efs.PosixUser(uid=POSIX_UID, gid=POSIX_GID),
         )
         self.mount = lambda_.FileSystem.from_efs_access_point(self.access_point, STAGING_MOUNT)
-        self.mount_path = STAGING_MOUNT

@@ -14,7 +14,8 @@ import pytest
 from aws_cdk import App
 from aws_cdk.assertions import Template
 
-from stacks.layer import LOCAL_ONLY, PipLayerBundling, project_requirements
+from stacks.assets import CORE_LOCAL_ONLY, ShippedPackage
+from stacks.layer import PipLayerBundling, project_requirements
 from stacks.tidemark_stack import TidemarkStack
 from tests.conftest import Archive
 from tests.support.cdk import REPO, cdk_context, logical_id
@@ -42,7 +43,7 @@ def test_layer_holds_the_package_and_its_dependencies_for_arm64(assembly: tuple[
     python = asset_dir(stack, outdir, logical_id(stack.core_layer)) / "python"
     assert (python / "tidemark" / "__init__.py").is_file()
     assert (python / "tidemark" / "archiver.py").is_file()
-    assert not [name for name in LOCAL_ONLY if (python / "tidemark" / name).exists()]
+    assert not [name for name in CORE_LOCAL_ONLY if (python / "tidemark" / name).exists()]
     assert not list(python.rglob("__pycache__"))
     # every runtime requirement of pyproject.toml is installed
     requirements = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
@@ -71,6 +72,7 @@ def test_job_code_archive_holds_both_packages_and_the_entry_point_is_the_job(
     assert (code[0] / "jobs" / "aggregation" / "transforms.py").is_file()
     assert (code[0] / "tidemark" / "config" / "model.py").is_file()
     assert not (code[0] / "jobs" / "image").exists()
+    assert not [name for name in CORE_LOCAL_ONLY if (code[0] / "tidemark" / name).exists()]
     scripts = [outdir / path for path in paths if path.endswith(".py")]
     assert [script.read_text() for script in scripts] == [(REPO / "jobs" / "aggregate.py").read_text()]
     assert "AWS::EMRServerless::Application" in {r["Type"] for r in template["Resources"].values()}
@@ -97,7 +99,7 @@ print("PATHS " + json.dumps([pydantic.__file__, boto3.__file__, handler.ARCHIVER
 def test_archiver_runs_from_the_layer_alone(archive: Archive, example_config: TidemarkConfig, tmp_path: Path) -> None:
     """The layer, built the same way for this machine's platform, is all the handler needs."""
     bundling = PipLayerBundling(
-        package_dir=REPO / "layers" / "core" / "tidemark",
+        package=ShippedPackage(REPO / "layers" / "core" / "tidemark", leave_out=CORE_LOCAL_ONLY),
         requirements=project_requirements(REPO / "pyproject.toml"),
         cache_dir=REPO / ".cache" / "layer",
         platform=f"manylinux2014_{platform.machine()}",
