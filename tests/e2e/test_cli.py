@@ -79,6 +79,22 @@ def test_invoke_reports_a_function_error_with_exit_code_1(tmp_path):
     assert "not a Kafka event source mapping event" in json.loads(done.stdout)["errorMessage"]
 
 
+@pytest.mark.parametrize("verbose", [False, True])
+def test_invoke_shows_the_function_error_traceback_only_with_verbose(verbose, tmp_path):
+    event = tmp_path / "refused.json"
+    event.write_text(json.dumps({"eventSource": "nope", "records": {}}))
+    done = tidemark("invoke", "-e", event, "--workdir", tmp_path, *(["--verbose"] if verbose else []))
+    assert done.returncode == 1
+    assert done.stdout.count("\n") == 1  # the one JSON line, with or without --verbose
+    assert json.loads(done.stdout) == {
+        "errorMessage": "MalformedEventError: not a Kafka event source mapping event: eventSource='nope' "
+        "(expected one of ['SelfManagedKafka', 'aws:SelfManagedKafka', 'aws:kafka'])"
+    }
+    assert ("Traceback (most recent call last)" in done.stderr) is verbose, done.stderr
+    if verbose:
+        assert "tidemark.exceptions.MalformedEventError: not a Kafka event source mapping event" in done.stderr
+
+
 def test_invoke_with_a_missing_event_file_is_one_line(tmp_path):
     done = tidemark("invoke", "-e", tmp_path / "nope.json", "--workdir", tmp_path)
     assert done.returncode == 2

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import random
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -338,3 +340,172 @@ def test_hour_end_ms(label: str, zone: str, end_utc: str) -> None:
     from tidemark.eventtime import hour_end_ms
 
     assert hour_end_ms(label, zone) == int(datetime.fromisoformat(end_utc).timestamp() * 1000)
+
+
+# -- fractional epoch times floor, exactly, like ISO fractions -----------------------------------
+# An instant's millisecond is the one it falls in: 22:59:59.9996 is still hour 22 however it is
+# written. Rounding (or inexact float arithmetic) would move it to the next millisecond -- and at
+# the end of an hour, into the next hour's folder.
+
+LAST_MS_OF_HOUR_22 = utc_ms(2023, 11, 14, 22, 59, 59, 999)
+
+
+@pytest.mark.parametrize(
+    ("value", "fmt"),
+    [
+        (1_700_002_799.9996, "auto"),  # a JSON float
+        (1_700_002_799.9996, "epoch_s"),
+        ("1700002799.9996", "auto"),  # a numeric string
+        ("1700002799.9996", "epoch_s"),
+        (1_700_002_799_999.6, "auto"),  # a JSON float of milliseconds
+        (1_700_002_799_999.6, "epoch_ms"),
+        ("1700002799999.6", "epoch_ms"),
+        ("1700002799.99999999999999999999999999999", "auto"),  # more digits than a float (or decimal context) keeps
+        ("2023-11-14T22:59:59.9996Z", "auto"),  # the ISO counterpart
+        ("2023-11-14T22:59:59.9996Z", "iso8601"),
+    ],
+)
+def test_fractional_times_floor_to_the_millisecond(value: Any, fmt: str) -> None:
+    assert extract(field_config(fmt=fmt), {"created_at": value}) == LAST_MS_OF_HOUR_22
+
+
+def test_fractional_seconds_and_the_iso_counterpart_share_the_hour() -> None:
+    bucketer = HourBucketer()
+    labels = {
+        bucketer.label(extract(field_config(fmt=fmt), {"created_at": value}))
+        for value, fmt in [
+            (1_700_002_799.9996, "auto"),
+            ("1700002799.9996", "auto"),
+            (1_700_002_799_999.6, "epoch_ms"),
+            ("2023-11-14T22:59:59.9996Z", "auto"),
+        ]
+    }
+    assert labels == {"2023-11-14T22"}
+
+
+@pytest.mark.parametrize(
+    ("value", "fmt", "expected"),
+    [
+        # 1.001 * 1000 is 1000.9999999999999 in binary floating point: the decimal value is meant
+        (1.001, "epoch_s", 1001),
+        (1.001, "auto", 1001),
+        ("1.001", "auto", 1001),
+        (0.0005, "auto", 0),
+        (1.9, "epoch_ms", 1),
+        ("1.9", "epoch_ms", 1),
+        (1_763_709_300.0, "auto", utc_ms(2025, 11, 21, 7, 15)),
+        (1_763_709_300_000.0, "auto", utc_ms(2025, 11, 21, 7, 15)),
+        ("1763709300.000", "epoch_s", utc_ms(2025, 11, 21, 7, 15)),
+        ("1763709300.1239", "auto", utc_ms(2025, 11, 21, 7, 15, 0, 123)),
+        ("1.5e-999999999999", "auto", 0),  # a huge negative exponent is not expanded
+        (253_402_214_399.9999, "epoch_s", 253_402_214_399_999),  # the last accepted millisecond
+    ],
+)
+def test_fractional_epoch_values_are_exact(value: Any, fmt: str, expected: int) -> None:
+    assert parse_time_value(value, fmt, ZoneInfo("UTC")) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "fmt"),
+    [
+        (-0.0001, "auto"),  # floors to -1 ms: before 1970
+        ("-0.5", "epoch_ms"),
+        (253_402_214_400.0, "epoch_s"),  # the first millisecond past the last labelable hour
+        ("1.5e999999999999", "auto"),  # finite for Decimal, far past 9999
+        ("1.5e99999999999999999999", "epoch_s"),  # past Decimal's exponent limit
+        ("9" * 4299, "epoch_ms"),  # an integer too long to print in an error message
+        ("9" * 4299, "auto"),
+        ("9" * 5000 + ".5", "auto"),
+        ("1.2.3", "epoch_s"),
+        ("Infinity.", "auto"),
+    ],
+)
+def test_unusable_fractional_values_are_invalid_event_time(value: Any, fmt: str) -> None:
+    with pytest.raises(EventTimeError) as caught:
+        parse_time_value(value, fmt, ZoneInfo("UTC"))
+    assert caught.value.reason == INVALID_EVENT_TIME
+
+
+def test_numeric_seconds_and_the_equivalent_iso_string_always_agree() -> None:
+    # A seeded sweep (this module does not use hypothesis): random instants, 1-6 fraction digits,
+    # with extra weight on the last microseconds of a second where rounding would carry over.
+    rng = random.Random(20240101)
+    zone = ZoneInfo("UTC")
+    for _ in range(5_000):
+        seconds = rng.choice([rng.randrange(0, 253_402_214_400), rng.randrange(0, 100_000_000_000)])
+        digits = rng.randint(1, 6)
+        fraction = rng.choice([rng.randrange(10**digits), 10**digits - 1, max(0, 10**digits - rng.randint(1, 9))])
+        text = f"{seconds}.{fraction:0{digits}d}"
+        iso = (EPOCH + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%S") + f".{fraction:0{digits}d}Z"
+        expected = parse_time_value(iso, "iso8601", zone)
+        assert parse_time_value(text, "epoch_s", zone) == expected, (text, iso)
+        number = float(text)
+        exact_float = Decimal(repr(number)) == Decimal(text)  # the JSON float reads back as the same decimal
+        if exact_float:
+            assert parse_time_value(number, "epoch_s", zone) == expected, (number, iso)
+        if seconds < 100_000_000_000:  # what auto reads as seconds
+            assert parse_time_value(text, "auto", zone) == expected, (text, iso)
+            if exact_float:
+                assert parse_time_value(number, "auto", zone) == expected, (number, iso)
+
+
+# -- 8-digit strings under auto are basic ISO dates (YYYYMMDD) ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "fmt", "timezone", "expected"),
+    [
+        # under auto a string of exactly 8 digits is a calendar date: midnight in the stream's zone
+        ("20240101", "auto", "UTC", utc_ms(2024, 1, 1)),
+        (" 20240101 ", "auto", "UTC", utc_ms(2024, 1, 1)),
+        ("20240101", "auto", "America/New_York", utc_ms(2024, 1, 1, 5)),
+        ("20240229", "auto", "Asia/Kolkata", utc_ms(2024, 2, 28, 18, 30)),
+        ("19700101", "auto", "UTC", 0),
+        # the other basic forms Python 3.11's fromisoformat reads were never numbers
+        ("20240101T120000", "auto", "UTC", utc_ms(2024, 1, 1, 12)),
+        ("20240101T120000Z", "auto", "UTC", utc_ms(2024, 1, 1, 12)),
+        ("20240101T120000.25Z", "auto", "UTC", utc_ms(2024, 1, 1, 12, 0, 0, 250)),
+        ("20240101T120000+0100", "auto", "UTC", utc_ms(2024, 1, 1, 11)),
+        ("20240101T1200", "auto", "America/New_York", utc_ms(2024, 1, 1, 17)),
+        # iso8601 reads the basic date too
+        ("20240101", "iso8601", "UTC", utc_ms(2024, 1, 1)),
+        ("20240101T120000Z", "iso8601", "UTC", utc_ms(2024, 1, 1, 12)),
+        # other digit counts stay epoch numbers under auto: seconds below 1e11, else milliseconds
+        ("2024011", "auto", "UTC", 2_024_011_000),
+        ("202401011", "auto", "UTC", 202_401_011_000),
+        ("1763709300", "auto", "UTC", utc_ms(2025, 11, 21, 7, 15)),
+        ("+20240101", "auto", "UTC", 20_240_101_000),  # signed: a number, not a date
+        ("20240101.0", "auto", "UTC", 20_240_101_000),  # a fraction: a number, not a date
+        # JSON numbers are always epoch numbers
+        (20_240_101, "auto", "UTC", 20_240_101_000),
+        (20_240_101.0, "auto", "UTC", 20_240_101_000),
+        # an explicit epoch format reads digit strings as numbers
+        ("20240101", "epoch_s", "UTC", 20_240_101_000),
+        ("20240101", "epoch_ms", "UTC", 20_240_101),
+    ],
+)
+def test_eight_digit_strings(value: Any, fmt: str, timezone: str, expected: int) -> None:
+    assert extract(field_config(fmt=fmt, timezone=timezone), {"created_at": value}) == expected
+
+
+def test_eight_digit_header_under_auto_is_a_date() -> None:
+    rec = record(headers=(("event-time", b"20240101"),))
+    assert extract(header_config(), rec=rec) == utc_ms(2024, 1, 1)
+
+
+@pytest.mark.parametrize(
+    ("value", "fmt"),
+    [
+        ("20241340", "auto"),  # month 13: an invalid date, not 1970-08-23 as epoch seconds
+        ("20240230", "auto"),
+        ("20230229", "auto"),
+        ("00000101", "auto"),  # year 0
+        ("12345678", "auto"),
+        ("99991231", "auto"),  # a valid date, past the last labelable hour
+        ("20241340", "iso8601"),
+    ],
+)
+def test_invalid_eight_digit_dates_are_invalid_event_time(value: str, fmt: str) -> None:
+    with pytest.raises(EventTimeError) as caught:
+        extract(field_config(fmt=fmt), {"created_at": value})
+    assert caught.value.reason == INVALID_EVENT_TIME

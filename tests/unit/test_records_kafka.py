@@ -97,6 +97,44 @@ def test_self_managed_sample_event() -> None:
     ]
 
 
+def test_powertools_self_managed_fixture() -> None:
+    # Powertools' own self-managed sample (tests/events/kafkaEventSelfManaged.json, verbatim)
+    # carries "aws:SelfManagedKafka", where the AWS docs show "SelfManagedKafka".
+    event = load_event("self-managed-powertools")
+    assert event["eventSource"] == "aws:SelfManagedKafka"
+    assert parse_kafka_event(event) == [
+        PartitionBatch(
+            "mytopic",
+            0,
+            [
+                Record(
+                    topic="mytopic",
+                    partition=0,
+                    offset=15,
+                    timestamp_ms=1_545_084_650_987,
+                    value=b'{"key":"value"}',
+                    key=b"recordKey",
+                    headers=(("headerKey", b"headerValue"),),
+                )
+            ],
+        )
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "source"),
+    [("self-managed-orders", "SelfManagedKafka"), ("self-managed-powertools", "aws:SelfManagedKafka")],
+)
+def test_both_self_managed_event_source_spellings_are_accepted(name: str, source: str) -> None:
+    event = load_event(name)
+    assert event["eventSource"] == source
+    (batch,) = parse_kafka_event(event)
+    assert batch.records
+    # The spelling alone decides nothing: each sample parses the same with the other one.
+    other = "aws:SelfManagedKafka" if source == "SelfManagedKafka" else "SelfManagedKafka"
+    assert parse_kafka_event({**event, "eventSource": other}) == [batch]
+
+
 def test_null_key_empty_key_and_binary_headers_round_trip() -> None:
     records = [
         Record("orders", 0, 10, 1_000, b"\x00\xff\n", None, (("bin", bytes(range(256))), ("dup", b"1"), ("dup", b"2"))),
@@ -181,12 +219,14 @@ def test_event_that_is_not_an_object(event: Any, kind: str) -> None:
     assert malformed(event) == f"expected an event object, got {kind}"
 
 
-@pytest.mark.parametrize("source", ["aws:sqs", "aws:kinesis", None, "", "aws:Kafka"])
+@pytest.mark.parametrize(
+    "source", ["aws:sqs", "aws:kinesis", None, "", "aws:Kafka", "aws:selfManagedKafka", "selfmanagedkafka"]
+)
 def test_wrong_event_source(source: Any) -> None:
     event = {**load_event("msk-orders"), "eventSource": source}
     assert malformed(event) == (
         f"not a Kafka event source mapping event: eventSource={source!r} "
-        "(expected one of ['SelfManagedKafka', 'aws:kafka'])"
+        "(expected one of ['SelfManagedKafka', 'aws:SelfManagedKafka', 'aws:kafka'])"
     )
 
 

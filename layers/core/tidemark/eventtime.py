@@ -3,12 +3,34 @@
 A record goes to the folder of its own event hour however late it arrives (seed rule: late
 events are attributed to their event time). Times are epoch milliseconds throughout; naive
 ISO-8601 strings are read in the stream's configured time zone.
+
+How a value is read (``EventTimeConfig.format``):
+
+* JSON numbers (int or float) are always epoch numbers. Under ``auto`` a magnitude below 1e11
+  is seconds, anything larger milliseconds; ``epoch_s``/``epoch_ms`` fix the unit.
+* Under ``auto`` a string of exactly eight ASCII digits is a basic ISO-8601 calendar date,
+  ``YYYYMMDD``, at midnight in the stream's time zone ('20240101' is 2024-01-01, not 1970-08-23
+  as epoch seconds); an impossible date such as '20241340' is ``invalid_event_time``. Every
+  other numeric string is an epoch number, read like a JSON number, and every remaining string
+  ISO-8601 (including the basic forms ``datetime.fromisoformat`` reads, '20240101T120000Z').
+  Epoch strings of exactly eight digits (1970-04-26..1973-03-03 in seconds) therefore need
+  an explicit ``epoch_s`` or ``epoch_ms``.
+* ``epoch_s``/``epoch_ms`` read every digit string as a number; ``iso8601`` reads every string
+  as ISO-8601 (so '20240101' is a date there too) and rejects numbers.
+
+Fractions are floored to the millisecond, exactly, whatever the notation: the instant
+22:59:59.9996 is in hour 22 as ``1700002799.9996``, ``"1700002799.9996"`` or
+``"2023-11-14T22:59:59.9996Z"`` (``fromisoformat`` truncates sub-microsecond digits, also a
+floor). A float is read through its shortest repr, which is the decimal the producer wrote
+whenever a double can hold it, because binary arithmetic on it is inexact (``1.001 * 1000`` is
+``1000.9999999999999``); numeric strings are read as exact decimals.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from decimal import ROUND_FLOOR, Context, Decimal, InvalidOperation
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -28,6 +50,13 @@ MIN_MS = 0  # 1970-01-01
 MAX_MS = 253_402_214_399_999
 _HOUR_MS = 3_600_000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_PRINTABLE = 10**40
+# Exact bounds for decimal epoch numbers: a value floors into MIN_MS..MAX_MS iff it is in
+# [low, high) in its unit.
+_MIN_MS_D, _END_MS_D = Decimal(MIN_MS), Decimal(MAX_MS + 1)
+_MIN_S, _END_S = _MIN_MS_D.scaleb(-3), _END_MS_D.scaleb(-3)
+_MILLI, _ONE = Decimal("0.001"), Decimal(1)
+_EXACT = Context(prec=40)
 
 
 class EventTimeError(ValueError):
@@ -44,17 +73,57 @@ Extractor = Callable[[Record, Any], int]
 
 def _check_range(ms: int) -> int:
     if not MIN_MS <= ms <= MAX_MS:
-        raise EventTimeError(INVALID_EVENT_TIME, f"{ms} ms is outside 1970..9999")
+        # Never print a huge integer: str() refuses more than 4300 digits with a ValueError, and
+        # anything but EventTimeError here would fail the whole batch instead of one record.
+        shown = f"{ms} ms" if abs(ms) <= _PRINTABLE else "a time that"
+        raise EventTimeError(INVALID_EVENT_TIME, f"{shown} is outside 1970..9999")
     return ms
 
 
-def _from_number(number: float, fmt: str) -> int:
+def _from_int(number: int, fmt: str) -> int:
+    seconds = fmt == "epoch_s" or (fmt == "auto" and abs(number) < _SECONDS_LIMIT)
+    return _check_range(number * 1000 if seconds else number)
+
+
+def _from_decimal(number: Decimal, fmt: str, shown: str) -> int:
+    """Floor an exact decimal epoch number to the millisecond.
+
+    Bounds come first, on the exact value, so that no arithmetic ever runs on a huge or
+    minute exponent ('1.5e-999999999999' would otherwise be a denominator of 10**999999999999).
+    Within bounds at most 15 digits remain before the point, so quantizing to 0.001 s (or 1 ms)
+    with ROUND_FLOOR is exact in a 40-digit context, unlike ``number * 1000``, which rounds to
+    the context's precision first.
+    """
+    if not number.is_finite():
+        raise EventTimeError(INVALID_EVENT_TIME, f"{shown} is not a finite time")
+    # copy_abs, not abs(): it is exact, where abs() overflows the context on '1.5e999999999999'.
+    seconds = fmt == "epoch_s" or (fmt == "auto" and number.copy_abs() < _SECONDS_LIMIT)
+    low, high = (_MIN_S, _END_S) if seconds else (_MIN_MS_D, _END_MS_D)
+    if not low <= number < high:
+        raise EventTimeError(INVALID_EVENT_TIME, f"{shown} is outside 1970..9999")
+    floored = number.quantize(_MILLI if seconds else _ONE, rounding=ROUND_FLOOR, context=_EXACT)
+    return _check_range(int(floored.scaleb(3, context=_EXACT)) if seconds else int(floored))
+
+
+def _from_fixed_point(text: str, fmt: str) -> int | None:
+    """The fast exact path for plain ``digits.digits`` (the repr of every float from 1e-4 to
+    1e16, and nearly every numeric string): floor by cutting the fraction after three digits.
+    None for anything else (signs, exponents, a missing side), which takes the Decimal path."""
+    whole, _, fraction = text.partition(".")
+    if not (0 < len(whole) <= 15 and whole.isdigit() and fraction.isdigit() and text.isascii()):
+        return None
+    units = int(whole)  # the value is below 1e11 iff its whole part is
+    if fmt == "epoch_s" or (fmt == "auto" and units < _SECONDS_LIMIT):
+        return _check_range(units * 1000 + int(fraction[:3].ljust(3, "0")))
+    return _check_range(units)
+
+
+def _parse_number(text: str) -> int | Decimal | None:
+    """A numeric string as an exact number, None if it is not one."""
     try:
-        seconds = fmt == "epoch_s" or (fmt == "auto" and abs(number) < _SECONDS_LIMIT)
-        ms = round(number * 1000) if seconds else int(number)
-    except (OverflowError, ValueError):  # infinities and NaN, however they arose
-        raise EventTimeError(INVALID_EVENT_TIME, f"{number!r} is not a finite time") from None
-    return _check_range(ms)
+        return Decimal(text) if "." in text else int(text)
+    except (ValueError, InvalidOperation):  # ValueError also for ints longer than 4300 digits
+        return None
 
 
 def _from_iso(text: str, zone: ZoneInfo) -> int:
@@ -68,26 +137,42 @@ def _from_iso(text: str, zone: ZoneInfo) -> int:
     return _check_range((moment - _EPOCH) // timedelta(milliseconds=1))
 
 
+def _is_basic_date(text: str) -> bool:
+    """``YYYYMMDD``: what an 8-digit string means under ``auto`` (see the module docstring)."""
+    return len(text) == 8 and text.isdigit() and text.isascii()
+
+
 def parse_time_value(value: Any, fmt: str, zone: ZoneInfo) -> int:
     """Interpret a field or header value as epoch milliseconds."""
     if type(value) is int and fmt != "iso8601":  # the common case, checked first
-        return _from_number(value, fmt)
+        return _from_int(value, fmt)
     if isinstance(value, bool) or value is None:
         raise EventTimeError(INVALID_EVENT_TIME, f"{value!r} is not a time")
     if isinstance(value, int | float):
         if fmt == "iso8601":
             raise EventTimeError(INVALID_EVENT_TIME, f"{value!r} is a number, expected ISO-8601")
+        if isinstance(value, int):
+            return _from_int(value, fmt)
         if value != value or value in (float("inf"), float("-inf")):
             raise EventTimeError(INVALID_EVENT_TIME, f"{value!r} is not a finite number")
-        return _from_number(value, fmt)
+        shortest = repr(value)
+        fixed = _from_fixed_point(shortest, fmt)
+        return _from_decimal(Decimal(shortest), fmt, shortest) if fixed is None else fixed
     if isinstance(value, str):
         text = value.strip()
-        if fmt != "iso8601":
-            try:
-                return _from_number(float(text) if "." in text else int(text), fmt)
-            except ValueError:
-                if fmt != "auto":
-                    raise EventTimeError(INVALID_EVENT_TIME, f"{text[:64]!r} is not an epoch number") from None
+        if fmt == "iso8601" or (fmt == "auto" and _is_basic_date(text)):
+            return _from_iso(text, zone)
+        if "." in text:
+            fixed = _from_fixed_point(text, fmt)
+            if fixed is not None:
+                return fixed
+        number = _parse_number(text)
+        if isinstance(number, int):
+            return _from_int(number, fmt)
+        if number is not None:
+            return _from_decimal(number, fmt, repr(text[:64]))
+        if fmt != "auto":
+            raise EventTimeError(INVALID_EVENT_TIME, f"{text[:64]!r} is not an epoch number")
         return _from_iso(text, zone)
     raise EventTimeError(INVALID_EVENT_TIME, f"a {type(value).__name__} is not a time")
 

@@ -40,12 +40,16 @@ def invoke(
         typer.Option(help="Directory for the staging root (the EFS mount); default: a new temporary directory."),
     ] = None,
     project_dir: Annotated[Path, typer.Option(help="Project root holding functions/.")] = Path("."),
+    verbose: Annotated[
+        bool, typer.Option("--verbose", help="If the function fails, also print its traceback on stderr.")
+    ] = False,
 ) -> None:
     """Run a Lambda handler with an event file against the embedded stack (no Docker, no AWS).
 
     The no-Docker counterpart of `sam local invoke`: S3 and DynamoDB are moto on loopback, the
     EFS mount is a local directory. The handler's response is printed on stdout as JSON; its logs
-    and metrics (EMF) go to stderr. Exit code 1 if the function failed.
+    and metrics (EMF) go to stderr. Exit code 1 if the function failed, with its error as one
+    {"errorMessage": ...} line on stdout (and its traceback on stderr with --verbose).
     """
     with one_line_errors():
         options = InvokeOptions(
@@ -57,6 +61,7 @@ def invoke(
             moto_port=moto_port,
             workdir=workdir,
             drain=drain,
+            verbose=verbose,
         )
         result = invoke_local(options, sys.stderr)
     if not result.invocation.ok:

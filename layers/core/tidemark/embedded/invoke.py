@@ -36,6 +36,7 @@ class InvokeOptions:
     bucket: str = "tidemark-local-archive"
     table: str = "tidemark-local-ledger"
     drain: bool = False
+    verbose: bool = False  # also log a function error's traceback
 
 
 @dataclass
@@ -70,7 +71,7 @@ def invoke_local(options: InvokeOptions, log: IO[str]) -> InvokeResult:
             )
         )
         stack.enter_context(patched_environ({**aws.environment(), ENV_JSON: config.model_dump_json()}))
-        invocation = InProcessInvoker(handler, log).invoke(event)
+        invocation = InProcessInvoker(handler, log, print_traceback=options.verbose).invoke(event)
         if invocation.ok and options.drain:
             runtime = Runtime.from_env()
             for batch in parse_kafka_event(event):

@@ -19,7 +19,9 @@ from tidemark.exceptions import MalformedEventError
 from tidemark.names import TOPIC, matches
 from tidemark.records.model import Record
 
-EVENT_SOURCES = frozenset({"aws:kafka", "SelfManagedKafka"})
+# Self-managed Kafka comes in two spellings: the AWS docs' "SelfManagedKafka" and the
+# "aws:SelfManagedKafka" of Powertools' own sample event (events/self-managed-powertools.json).
+EVENT_SOURCES = frozenset({"aws:kafka", "SelfManagedKafka", "aws:SelfManagedKafka"})
 
 
 @dataclass(slots=True)

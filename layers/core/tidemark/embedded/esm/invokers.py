@@ -40,11 +40,17 @@ class Invoker(Protocol):
 
 
 class InProcessInvoker:
-    """A warm container in this process; the handler's stdout (logs, EMF) goes to ``log``."""
+    """A warm container in this process; the handler's stdout (logs, EMF) goes to ``log``.
 
-    def __init__(self, ref: HandlerRef, log: IO[str]) -> None:
+    A function error's traceback is written to ``log`` too, as Lambda's runtime logs it, unless
+    ``print_traceback`` is False: ``tidemark invoke`` reports the error as one line and keeps the
+    traceback for ``--verbose``, while the local ESM and the demo keep it in their handler log.
+    """
+
+    def __init__(self, ref: HandlerRef, log: IO[str], *, print_traceback: bool = True) -> None:
         self._ref = ref
         self._log = log
+        self._print_traceback = print_traceback
         self._handler: Handler | None = None
 
     def _loaded(self) -> Handler:
@@ -57,7 +63,8 @@ class InProcessInvoker:
             try:
                 response = self._loaded()(event, LocalContext())
             except Exception as exc:  # noqa: BLE001 - any function error fails the invocation, like Lambda
-                traceback.print_exc(file=self._log)
+                if self._print_traceback:
+                    traceback.print_exc(file=self._log)
                 return Invocation(ok=False, error=f"{type(exc).__name__}: {exc}")
         return Invocation(ok=True, response=response)
 
