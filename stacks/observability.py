@@ -8,6 +8,7 @@ Tidemark's own metrics are Powertools EMF metrics in the ``Tidemark`` namespace,
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 from aws_cdk import Aws, Duration
@@ -36,6 +37,24 @@ def tidemark_metric(name: str, service: str, *, stream: str | None = None, stati
         dimensions["stream"] = stream
     return cw.Metric(
         namespace=NAMESPACE, metric_name=name, dimensions_map=dimensions, statistic=statistic, period=PERIOD
+    )
+
+
+def archiver_and_sweeper(name: str, stream: str, *, label: str | None = None) -> cw.MathExpression:
+    """``name``'s sum over both services for one stream. Both emit it on every invocation, but an
+    idle partition has no archiver invocations and the sweeper may not run every period: a
+    missing series counts as 0 rather than blanking the sum. The ids derive from ``name``: one
+    graph shows several of these sums, and ids must be unique in a graph."""
+    key = re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()  # FlushErrors -> flush_errors
+    archiver, sweeper = f"{key}_archiver", f"{key}_sweeper"
+    return cw.MathExpression(
+        expression=f"FILL({archiver}, 0) + FILL({sweeper}, 0)",
+        using_metrics={
+            archiver: tidemark_metric(name, ARCHIVER, stream=stream),
+            sweeper: tidemark_metric(name, SWEEPER, stream=stream),
+        },
+        period=PERIOD,
+        label=label,
     )
 
 
@@ -156,6 +175,28 @@ class ObservabilityConstruct(Construct):
                 tidemark_metric("DeadLettered", ARCHIVER, stream=name),
                 f"{name}: records were dead-lettered (see errors/{name}/ in the bucket)",
             ),
+            self._alarm(
+                f"Quarantines-{name}",
+                archiver_and_sweeper("FlushesQuarantined", name, label="flushes quarantined"),
+                f"{name}: a flush was quarantined (a damaged staging segment): its records are not in the archive. "
+                "Replay the quarantined offsets from Kafka before the topic's retention expires; the partition "
+                "ledger item's quarantined entry and the CRITICAL log line name the partition and offset range",
+            ),
+            self._alarm(
+                f"FlushErrors-{name}",
+                archiver_and_sweeper("FlushErrors", name, label="flush errors"),
+                f"{name}: flushes failed for {settings.evaluation_periods} periods in a row (a single S3 error is "
+                "retried by the next invocation; sustained errors mean S3 or ledger trouble, and staged data is "
+                "piling up on EFS). Check the archiver's and sweeper's ERROR logs and EFS StorageBytes",
+                periods=settings.evaluation_periods,
+            ),
+            self._alarm(
+                f"PositionResets-{name}",
+                tidemark_metric("PositionResets", ARCHIVER, stream=name),
+                f"{name}: a partition's offsets went backwards or its source changed (topic recreated, topic "
+                "changed, cluster migrated): the archiver refuses the batch until an operator starts a new epoch "
+                "with `tidemark epoch start` (see README 'Epochs')",
+            ),
         ]
 
     def _shared_alarms(self) -> list[cw.Alarm]:
@@ -256,7 +297,17 @@ class ObservabilityConstruct(Construct):
                 ],
             ),
         )
-        dashboard.add_widgets(graph("Spark job outcomes", self._job_metrics()))
+        dashboard.add_widgets(
+            graph(
+                "Quarantines, flush errors and position resets",
+                [
+                    archiver_and_sweeper("FlushesQuarantined", name, label="flushes quarantined"),
+                    archiver_and_sweeper("FlushErrors", name, label="flush errors"),
+                    archiver("PositionResets", "position resets"),
+                ],
+            ),
+            graph("Spark job outcomes", self._job_metrics()),
+        )
         return dashboard
 
     def _job_metrics(self) -> list[cw.IMetric]:

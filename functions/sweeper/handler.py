@@ -53,6 +53,8 @@ def sweep_partition(event: dict[str, Any], context: LambdaContext) -> dict[str, 
     metrics.add_metric(name="SweeperFlushesResumed", unit=MetricUnit.Count, value=outcome.resumed)
     metrics.add_metric(name="SweeperGarbageDeleted", unit=MetricUnit.Count, value=outcome.garbage_deleted)
     metrics.add_metric(name="FlushErrors", unit=MetricUnit.Count, value=outcome.flush_errors)
+    # Same name as the archiver's: the Quarantines alarm sums both services.
+    metrics.add_metric(name="FlushesQuarantined", unit=MetricUnit.Count, value=outcome.quarantined)
     logger.info("partition swept", extra=outcome.summary())
     return outcome.summary()
 

@@ -1,0 +1,182 @@
+"""The per-stream alarms nobody may miss: quarantined flushes, sustained flush errors, position resets.
+
+Each reads Tidemark's EMF counters (namespace ``Tidemark``, dimensions ``service`` and ``stream``),
+fires above 0 and notifies the alarm topic; the dashboard graphs the same series.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from aws_cdk.assertions import Capture, Match, Template
+
+from stacks.tidemark_stack import TidemarkStack
+from tests.support.cdk import logical_id, synth_stack, with_changes
+from tests.unit.test_stack_wiring import dashboard_widgets
+from tidemark.config import TidemarkConfig
+
+ALARM = "AWS::CloudWatch::Alarm"
+SERVICES = ["tidemark-archiver", "tidemark-sweeper"]
+
+
+@pytest.fixture(scope="module")
+def synthesized(example_config: TidemarkConfig) -> tuple[TidemarkStack, Template]:
+    return synth_stack(example_config, nag=False)
+
+
+@pytest.fixture(scope="module")
+def template(synthesized: tuple[TidemarkStack, Template]) -> Template:
+    return synthesized[1]
+
+
+@pytest.fixture(scope="module")
+def topic(synthesized: tuple[TidemarkStack, Template]) -> dict[str, str]:
+    return {"Ref": logical_id(synthesized[0].observability.topic)}
+
+
+def stat(metric_name: str, service: str, stream: str = "orders") -> dict[str, Any]:
+    """The ``MetricStat`` of one service's Tidemark counter, summed over the 5-minute period."""
+    return {
+        "Metric": {
+            "Namespace": "Tidemark",
+            "MetricName": metric_name,
+            "Dimensions": [{"Name": "service", "Value": service}, {"Name": "stream", "Value": stream}],
+        },
+        "Period": 300,
+        "Stat": "Sum",
+    }
+
+
+def summed_over_both_services(metrics: list[dict[str, Any]], metric_name: str, stream: str = "orders") -> None:
+    """``metrics`` (an alarm's ``Metrics``) is one returned expression adding the metric of both
+    services, each filled with 0 so that one missing series does not blank the sum."""
+    (expression,) = [m for m in metrics if "Expression" in m]
+    inputs = {m["Id"]: m for m in metrics if "MetricStat" in m}
+    assert expression["ReturnData"] is True
+    assert all(m["ReturnData"] is False for m in inputs.values())
+    assert sorted((m["MetricStat"]["Metric"]["Dimensions"][0]["Value"]) for m in inputs.values()) == SERVICES
+    for metric_id, metric in inputs.items():
+        service = metric["MetricStat"]["Metric"]["Dimensions"][0]["Value"]
+        assert metric["MetricStat"] == stat(metric_name, service, stream)
+        assert f"FILL({metric_id}, 0)" in expression["Expression"]
+    assert expression["Expression"].count("+") == 1
+
+
+def test_a_quarantine_alarms_at_once_from_either_service(template: Template, topic: dict[str, str]) -> None:
+    metrics = Capture()
+    template.has_resource_properties(
+        ALARM,
+        {
+            "AlarmDescription": Match.string_like_regexp(r"^orders: a flush was quarantined"),
+            "Metrics": metrics,
+            "Threshold": 0,
+            "ComparisonOperator": "GreaterThanThreshold",
+            "EvaluationPeriods": 1,
+            "DatapointsToAlarm": 1,
+            "TreatMissingData": "notBreaching",
+            "AlarmActions": Match.array_with([topic]),
+        },
+    )
+    summed_over_both_services(metrics.as_array(), "FlushesQuarantined")
+
+
+def test_the_quarantine_alarm_tells_the_operator_to_replay_from_kafka(template: Template) -> None:
+    (description,) = [
+        a["Properties"]["AlarmDescription"]
+        for a in template.find_resources(ALARM).values()
+        if "quarantined" in a["Properties"]["AlarmDescription"]
+    ]
+    for words in ("Replay the quarantined offsets from Kafka", "retention", "CRITICAL log line", "ledger"):
+        assert words in description
+
+
+def test_flush_errors_alarm_only_when_sustained(template: Template, topic: dict[str, str]) -> None:
+    metrics = Capture()
+    template.has_resource_properties(
+        ALARM,
+        {
+            "AlarmDescription": Match.string_like_regexp(r"^orders: flushes failed for 3 periods in a row"),
+            "Metrics": metrics,
+            "Threshold": 0,
+            "ComparisonOperator": "GreaterThanThreshold",
+            "EvaluationPeriods": 3,  # alarms.evaluation_periods of the example config
+            "DatapointsToAlarm": 3,
+            "TreatMissingData": "notBreaching",
+            "AlarmActions": Match.array_with([topic]),
+        },
+    )
+    summed_over_both_services(metrics.as_array(), "FlushErrors")
+
+
+def test_a_position_reset_alarms_at_once(template: Template, topic: dict[str, str]) -> None:
+    template.has_resource_properties(
+        ALARM,
+        {
+            "Namespace": "Tidemark",
+            "MetricName": "PositionResets",
+            "Dimensions": [{"Name": "service", "Value": "tidemark-archiver"}, {"Name": "stream", "Value": "orders"}],
+            "Statistic": "Sum",
+            "Period": 300,
+            "Threshold": 0,
+            "ComparisonOperator": "GreaterThanThreshold",
+            "EvaluationPeriods": 1,
+            "AlarmDescription": Match.string_like_regexp(r"^orders: .*went backwards.*`tidemark epoch start`"),
+            "AlarmActions": Match.array_with([topic]),
+        },
+    )
+
+
+def test_each_stream_gets_the_three_alarms_and_flush_errors_follow_the_config(example_config: TidemarkConfig) -> None:
+    first = json.loads(example_config.model_dump_json())["streams"][0]
+    second = {
+        **first,
+        "name": "payments",
+        "source": {**first["source"], "topic": "payments", "consumer_group_id": "archive-payments"},
+        "aggregations": [],
+    }
+    alarms = {"emails": [], "offset_lag": 100_000, "evaluation_periods": 5}
+    _, template = synth_stack(with_changes(example_config, streams=[first, second], alarms=alarms), nag=False)
+    for stream in ("orders", "payments"):
+        quarantines, errors = Capture(), Capture()
+        template.has_resource_properties(
+            ALARM,
+            {
+                "AlarmDescription": Match.string_like_regexp(rf"^{stream}: a flush was quarantined"),
+                "Metrics": quarantines,
+            },
+        )
+        summed_over_both_services(quarantines.as_array(), "FlushesQuarantined", stream)
+        template.has_resource_properties(
+            ALARM,
+            {
+                "AlarmDescription": Match.string_like_regexp(rf"^{stream}: flushes failed for 5 periods"),
+                "EvaluationPeriods": 5,
+                "DatapointsToAlarm": 5,
+                "Metrics": errors,
+            },
+        )
+        summed_over_both_services(errors.as_array(), "FlushErrors", stream)
+        template.has_resource_properties(
+            ALARM,
+            {"MetricName": "PositionResets", "Dimensions": Match.array_with([{"Name": "stream", "Value": stream}])},
+        )
+
+
+def test_the_dashboard_graphs_the_three_sums(template: Template) -> None:
+    widget = dashboard_widgets(template)["Quarantines, flush errors and position resets"]
+    rows = widget["metrics"]
+    expressions = [row[0]["expression"] for row in rows if isinstance(row[0], dict) and "expression" in row[0]]
+    assert expressions == [
+        "FILL(flushes_quarantined_archiver, 0) + FILL(flushes_quarantined_sweeper, 0)",
+        "FILL(flush_errors_archiver, 0) + FILL(flush_errors_sweeper, 0)",
+    ]
+    plotted = {(row[1], row[3]) for row in rows if row[0] == "Tidemark"}
+    assert {
+        ("FlushesQuarantined", "tidemark-archiver"),
+        ("FlushesQuarantined", "tidemark-sweeper"),
+        ("FlushErrors", "tidemark-archiver"),
+        ("FlushErrors", "tidemark-sweeper"),
+        ("PositionResets", "tidemark-archiver"),
+    } == plotted
