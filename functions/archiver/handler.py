@@ -14,7 +14,7 @@ from aws_lambda_powertools.logging.utils import copy_config_to_registered_logger
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from tidemark.archiver import Archiver
+from tidemark.archiver import Archiver, PositionResetsError
 from tidemark.runtime import Runtime
 from tidemark.writer.outcome import BatchOutcome
 
@@ -38,6 +38,8 @@ def emit_metrics(stream: str, outcome: BatchOutcome) -> None:
     metrics.add_metric(name="FlushErrors", unit=MetricUnit.Count, value=outcome.flush_errors)
     metrics.add_metric(name="FlushesQuarantined", unit=MetricUnit.Count, value=outcome.quarantined)
     metrics.add_metric(name="LedgerConflicts", unit=MetricUnit.Count, value=outcome.conflicts)
+    metrics.add_metric(name="LedgerChunks", unit=MetricUnit.Count, value=outcome.chunks)
+    metrics.add_metric(name="ObjectsAdopted", unit=MetricUnit.Count, value=outcome.adopted_objects)
     for flush in outcome.flushes:
         metrics.add_metric(name="FlushLatency", unit=MetricUnit.Milliseconds, value=flush.latency_ms)
     if outcome.dead_lettered:
@@ -56,7 +58,17 @@ def emit_metrics(stream: str, outcome: BatchOutcome) -> None:
 @logger.inject_lambda_context(clear_state=True)
 @tracer.capture_lambda_handler(capture_response=False)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    outcomes = ARCHIVER.handle(event)
+    try:
+        outcomes = ARCHIVER.handle(event)
+    except PositionResetsError as refused:
+        # The other partitions' work is done and counted; the refused ones alarm (PositionResets).
+        for stream, outcome in refused.outcomes.items():
+            emit_metrics(stream, outcome)
+        for error in refused.refused:
+            metrics.add_dimension(name="stream", value=error.stream)
+            metrics.add_metric(name="PositionResets", unit=MetricUnit.Count, value=1)
+            metrics.flush_metrics()
+        raise
     for stream, outcome in outcomes.items():
         emit_metrics(stream, outcome)
     return {"status": "ok", "streams": {stream: outcome.summary() for stream, outcome in outcomes.items()}}

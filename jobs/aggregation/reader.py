@@ -23,9 +23,12 @@ import orjson
 import pyarrow as pa
 import pyarrow.json as pa_json
 
+from tidemark.objects.keys import epoch_of_key
+
 OBJECTS_SCHEMA = "key string, hour string"  # one row per object to read
 ENVELOPE_FIELDS = [
     pa.field("hour", pa.string()),
+    pa.field("epoch", pa.int32()),  # a reset topic repeats offsets: records differ by epoch too
     pa.field("partition", pa.int32()),
     pa.field("offset", pa.int64()),
     pa.field("event_time", pa.string()),
@@ -179,12 +182,13 @@ def _conform(table: pa.Table, fields: list[pa.Field], rows: int) -> list[pa.Arra
     return columns
 
 
-def read_object(body: bytes, hour: str, values: pa.Schema) -> pa.RecordBatch:
+def read_object(body: bytes, hour: str, values: pa.Schema, epoch: int = 0) -> pa.RecordBatch:
     partitions, offsets, times, raw_values = split_object(body)
     schema = records_schema(values)
     value_fields = [field for field in schema if field.name not in _ENVELOPE_NAMES]
     envelope = [
         pa.array([hour] * len(offsets), pa.string()),
+        pa.array([epoch] * len(offsets), pa.int32()),
         pa.array(partitions, pa.int32()),
         pa.array(offsets, pa.int64()),
         pa.array(times, pa.string()),
@@ -213,6 +217,6 @@ def fetch_objects(bucket: str, values: pa.Schema) -> Any:
         for batch in batches:
             for key, hour in zip(batch.column("key").to_pylist(), batch.column("hour").to_pylist(), strict=True):
                 body = client.get_object(Bucket=bucket, Key=key)["Body"].read()
-                yield read_object(body, hour, values)
+                yield read_object(body, hour, values, epoch_of_key(key))
 
     return fetch

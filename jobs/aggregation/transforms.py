@@ -12,21 +12,22 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from jobs.aggregation.reader import OBJECTS_SCHEMA, fetch_objects, records_schema
 from tidemark.config.model import AggregationConfig
 
-IDENTITY = ["partition", "offset"]  # one stream per run: (stream, partition, offset) is the record
+# One stream per run: (epoch, partition, offset) is the record (see DESIGN.md, "Position epochs").
+IDENTITY = ["epoch", "partition", "offset"]
 
 
 def read_records(
     spark: SparkSession, objects: Sequence[tuple[str, str]], bucket: str, tasks: int, values: pa.Schema
 ) -> DataFrame:
     """Records of exactly these objects (``(key, hour)`` pairs), fetched by executor tasks:
-    ``hour, partition, offset, event_time`` and the value's fields as columns."""
+    ``hour, epoch, partition, offset, event_time`` and the value's fields as columns."""
     listing = spark.createDataFrame(list(objects), OBJECTS_SCHEMA)
     schema = from_arrow_schema(records_schema(values))
     return listing.repartition(max(1, min(tasks, len(objects)))).mapInArrow(fetch_objects(bucket, values), schema)
 
 
 def dedupe(records: DataFrame) -> DataFrame:
-    """One row per (partition, offset): defence in depth against an object written twice."""
+    """One row per (epoch, partition, offset): defence in depth against an object written twice."""
     return records.dropDuplicates(IDENTITY)
 
 

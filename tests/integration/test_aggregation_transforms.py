@@ -9,15 +9,18 @@ from tidemark.config.model import AggregationConfig
 
 H7, H8 = "2026-11-21T07", "2026-11-21T08"
 SCHEMA = (
-    "hour string, partition int, offset long, event_time string, "
+    "hour string, epoch int, partition int, offset long, event_time string, "
     "product_id string, price double, quantity long, customer_id string"
 )
 
 
-def records(spark, rows):
+def records(spark, rows, epoch: int = 0):
     """Records as the reader returns them: the envelope fields, then the value's fields."""
     return spark.createDataFrame(
-        [(hour, partition, offset, "2026-11-21T08:00:00.000Z", *value) for hour, partition, offset, value in rows],
+        [
+            (hour, epoch, partition, offset, "2026-11-21T08:00:00.000Z", *value)
+            for hour, partition, offset, value in rows
+        ],
         SCHEMA,
     )
 
@@ -33,6 +36,15 @@ def test_dedupe_keeps_one_row_per_partition_and_offset(spark):
     assert dedupe(df).columns == df.columns
     assert duplicate_count(df) == 2
     assert duplicate_count(dedupe(df)) == 0
+
+
+def test_dedupe_keeps_records_of_a_later_epoch_at_the_same_offsets(spark):
+    """A recreated topic repeats offsets; its records are other records (DESIGN.md, epochs)."""
+    same = order("a", 1.0, 1, "c1")
+    rows = [(H8, 0, 1, same), (H8, 0, 2, same)]
+    df = records(spark, rows).unionByName(records(spark, rows, epoch=1))
+    assert sorted((r.epoch, r.offset) for r in dedupe(df).collect()) == [(0, 1), (0, 2), (1, 1), (1, 2)]
+    assert duplicate_count(df) == 0
 
 
 def test_aggregate_computes_the_configured_metrics_per_hour_and_group(spark):

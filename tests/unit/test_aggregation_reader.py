@@ -39,7 +39,7 @@ def test_read_object_handles_gzip_and_returns_the_values_as_typed_columns():
     body = gzip.compress(rendered(values))
     schema = value_schema([body])
     batch = read_object(body, "2026-11-21T08", schema)
-    assert batch.schema.names == ["hour", "partition", "offset", "event_time", "n", "price", "tag"]
+    assert batch.schema.names == ["hour", "epoch", "partition", "offset", "event_time", "n", "price", "tag"]
     assert batch.column("offset").to_pylist() == list(range(10, 60))
     assert batch.column("price").to_pylist() == [n * 1.5 for n in range(50)]
     assert batch.column("tag").to_pylist() == [f"t{n}" for n in range(50)]
@@ -52,7 +52,7 @@ def test_values_are_conformed_to_the_sampled_schema():
     sampled = pa.schema([("price", pa.float64()), ("customer_id", pa.string())])
     body = rendered([orjson.dumps({"price": 12, "other": 1}), orjson.dumps({"price": 3, "other": 2})])
     batch = read_object(body, "2026-11-21T08", sampled)
-    assert batch.schema.names == ["hour", "partition", "offset", "event_time", "price", "customer_id"]
+    assert batch.schema.names == ["hour", "epoch", "partition", "offset", "event_time", "price", "customer_id"]
     assert batch.column("price").to_pylist() == [12.0, 3.0]
     assert batch.column("customer_id").to_pylist() == [None, None]
 

@@ -77,12 +77,15 @@ def test_state_to_item_shape() -> None:
         "staged_offset": 110,
         "updated_ms": T0 + 2,
         "watermark_ms": T0 - 5,
+        "epoch": 0,
+        "source": "",
         "open_buffers": 1,
         "sealed_flushes": 1,
         "quarantined_flushes": 0,
     }
     assert body == {
         "next_seq": 3,
+        "fingerprints": [],
         "buffers": {
             "raw/2025-11-21T08": {
                 "key": "raw/2025-11-21T08",
@@ -193,6 +196,8 @@ def test_object_to_item_shape_and_sortable_sort_key() -> None:
     assert object_to_item(COMMITTED) == {
         "pk": "HOUR#orders#2025-11-21T08",
         "sk": "OBJ#raw#00007#00000000000000000100",
+        "epoch": 0,
+        "content_sha256": "",
         "stream": "orders",
         "partition": 7,
         "kind": "raw",

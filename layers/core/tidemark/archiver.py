@@ -5,10 +5,30 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from tidemark.exceptions import UnknownTopicError
+from tidemark.exceptions import PositionResetError, UnknownTopicError
 from tidemark.records.kafka import parse_kafka_event
+from tidemark.resets import source_identity
 from tidemark.runtime import Runtime
 from tidemark.writer.outcome import BatchOutcome
+
+
+class PositionResetsError(PositionResetError):
+    """One or more partitions of the event were refused (see ``PositionResetError``); every
+    other partition of the event was archived before this was raised."""
+
+    def __init__(self, refused: list[PositionResetError], outcomes: dict[str, BatchOutcome]) -> None:
+        first = refused[0]
+        super().__init__(
+            "; ".join(str(error) for error in refused)
+            + " -- refused until an operator starts a new epoch: tidemark epoch start (see README, 'Epochs')",
+            stream=first.stream,
+            partition=first.partition,
+            kind=first.kind,
+            offset=first.offset,
+        )
+        self.refused = refused
+        self.outcomes = outcomes
+
 
 logger = logging.getLogger(__name__)
 
@@ -21,7 +41,9 @@ class Archiver:
         """Archive every partition batch of the event, one after the other.
 
         Any exception fails the whole invocation, so the ESM redelivers the whole batch;
-        partitions that were already archived are then dropped as duplicates (invariant 1).
+        partitions that were already archived are then dropped as duplicates (invariant 1). A
+        partition whose positions went backwards (``PositionResetError``) does not stop the
+        others: they are archived first, then ``PositionResetsError`` fails the invocation.
         """
         batches = parse_kafka_event(event)
         config = self.runtime.config
@@ -30,10 +52,20 @@ class Archiver:
                 known = ", ".join(stream.source.topic for stream in config.streams)
                 raise UnknownTopicError(f"no stream archives topic {batch.topic!r} (configured topics: {known})")
         outcomes: dict[str, BatchOutcome] = {}
+        refused: list[PositionResetError] = []
         for batch in batches:
             stream = config.stream_for_topic(batch.topic)
             assert stream is not None
-            result = self.runtime.writer(stream, batch.partition).write(batch.records)
+            writer = self.runtime.writer(stream, batch.partition)
+            try:
+                result = writer.write(batch.records, source=source_identity(event, batch.topic))
+            except PositionResetError as exc:
+                logger.critical(
+                    "positions went back in a way no redelivery explains: batch refused, nothing dropped",
+                    extra={"stream": stream.name, "partition": batch.partition, "kind": exc.kind, "error": str(exc)},
+                )
+                refused.append(exc)
+                continue
             logger.info(
                 "partition batch archived",
                 extra={
@@ -45,4 +77,6 @@ class Archiver:
                 },
             )
             outcomes.setdefault(stream.name, BatchOutcome()).merge(result)
+        if refused:
+            raise PositionResetsError(refused, outcomes)
         return outcomes

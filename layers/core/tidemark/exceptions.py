@@ -53,6 +53,35 @@ class DoubleCommitError(LedgerError):
     """An object record already exists for a flush that was still sealed: never expected."""
 
 
+class LedgerItemTooLargeError(LedgerError):
+    """A partition state would not fit in one ledger item (DynamoDB's 400 KB, or the configured
+    budget). The writer splits its work so this never reaches the store; raised before sending."""
+
+
+class LedgerFullError(LedgerError):
+    """No record of the batch fits in the partition's ledger item: its sealed flushes are waiting
+    for S3 (an outage). The batch fails and is redelivered once uploads go through again."""
+
+
+class PositionResetError(TidemarkError):
+    """A partition's positions went backwards, or its source changed, in a way a redelivery cannot
+    explain (a topic recreated or changed, a cluster migrated, a log truncated).
+
+    The batch is refused -- neither dropped as duplicates nor archived over the old records --
+    until an operator starts a new epoch (``tidemark epoch start``)."""
+
+    def __init__(self, message: str, *, stream: str, partition: int, kind: str, offset: int) -> None:
+        super().__init__(message)
+        self.stream = stream
+        self.partition = partition
+        self.kind = kind  # source_changed | bytes_differ | below_window
+        self.offset = offset
+
+
+class ObjectConflictError(TidemarkError):
+    """An object already exists under a flush's key with other records: it is never overwritten."""
+
+
 class InvalidTransitionError(LedgerError):
     """A partition state transition was asked for that the state machine does not allow."""
 

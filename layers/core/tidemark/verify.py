@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from tidemark.eventtime import hour_path
+from tidemark.objects.keys import epoch_of_key
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -43,6 +44,7 @@ class ArchivedRecord:
     dead_letter: bool
     error: str
     meta: RecordMeta
+    epoch: int = 0  # the position epoch of its object (``+e<n>+`` in the key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +54,12 @@ class ExpectedRecord:
     value: bytes
     hour: str | None  # expected event-hour label, None when it must be dead-lettered
     meta: RecordMeta | None = None  # topic, key and headers; None: not checked
+    epoch: int = 0  # the position epoch it must be archived in (a recreated topic repeats offsets)
+
+
+def identity(partition: int, offset: int, epoch: int) -> tuple[int, ...]:
+    """A record's identity in the archive: (partition, offset), plus the epoch after a reset."""
+    return (partition, offset) if epoch == 0 else (partition, offset, epoch)
 
 
 @dataclass
@@ -59,11 +67,11 @@ class VerificationReport:
     produced: int = 0
     archived: int = 0
     dead_lettered: int = 0
-    lost: list[tuple[int, int]] = field(default_factory=list)
-    duplicated: list[tuple[int, int]] = field(default_factory=list)
-    unexpected: list[tuple[int, int]] = field(default_factory=list)
-    misfiled: list[tuple[int, int, str]] = field(default_factory=list)
-    corrupted: list[tuple[int, int]] = field(default_factory=list)
+    lost: list[tuple[int, ...]] = field(default_factory=list)
+    duplicated: list[tuple[int, ...]] = field(default_factory=list)
+    unexpected: list[tuple[int, ...]] = field(default_factory=list)
+    misfiled: list[tuple[int | str, ...]] = field(default_factory=list)
+    corrupted: list[tuple[int, ...]] = field(default_factory=list)
     objects: int = 0
     objects_per_hour: Counter[str] = field(default_factory=Counter)
     records_per_hour: Counter[str] = field(default_factory=Counter)
@@ -156,7 +164,17 @@ def read_archive(
                     error = ""
                 meta = _meta(envelope, dead, key_encoding, header_encoding)
                 found.append(
-                    ArchivedRecord(envelope["partition"], envelope["offset"], key, folder, value, dead, error, meta)
+                    ArchivedRecord(
+                        envelope["partition"],
+                        envelope["offset"],
+                        key,
+                        folder,
+                        value,
+                        dead,
+                        error,
+                        meta,
+                        epoch_of_key(key),
+                    )
                 )
     return found, keys, per_hour
 
@@ -184,12 +202,12 @@ def verify_archive(
         s3, bucket, stream, raw_prefix, errors_prefix, value_encoding, key_encoding, header_encoding
     )
     report = VerificationReport(objects=objects, objects_per_hour=per_hour)
-    wanted = {(item.partition, item.offset): item for item in expected}
+    wanted = {identity(item.partition, item.offset, item.epoch): item for item in expected}
     report.produced = len(wanted)
-    report.produced_by_partition.update(partition for partition, _offset in wanted)
-    seen: Counter[tuple[int, int]] = Counter()
+    report.produced_by_partition.update(ident[0] for ident in wanted)
+    seen: Counter[tuple[int, ...]] = Counter()
     for record in archived:
-        ident = (record.partition, record.offset)
+        ident = identity(record.partition, record.offset, record.epoch)
         seen[ident] += 1
         if record.dead_letter:
             report.dead_lettered += 1

@@ -11,6 +11,7 @@ from types import FrameType
 
 import typer
 
+from tidemark.cli import epoch
 from tidemark.cli.demo import demo
 from tidemark.cli.invoke import invoke
 
@@ -25,6 +26,7 @@ app = typer.Typer(
 )
 app.command(no_args_is_help=False)(demo)
 app.command()(invoke)
+app.add_typer(epoch.app, name="epoch")
 
 
 def _terminate(_signum: int, _frame: FrameType | None) -> None:

@@ -48,6 +48,15 @@ def demo(
             help="Skip the last step, the PySpark aggregation job (local[2], needs Java).",
         ),
     ] = False,
+    recreate_topic: Annotated[
+        bool,
+        typer.Option(
+            "--recreate-topic",
+            help="Delete and create the topic after half the orders (its offsets restart at 0): the archiver "
+            "refuses the new log until an operator starts a new epoch, which the demo does; every record is "
+            "then archived exactly once, across both epochs.",
+        ),
+    ] = False,
     seed: Annotated[int, typer.Option(help="Seed for the workload and the chaos; a run replays with its seed.")] = 7,
     bootstrap_servers: Annotated[
         str | None, typer.Option(help="Use this Kafka (host:port,...) instead of starting the embedded broker.")
@@ -115,6 +124,7 @@ def demo(
             flush_records=flush_records or None,
             aggregate=not no_aggregate,
             chaos=chaos,
+            recreate_topic=recreate_topic,
             crash_rate=crash_rate,
             lost_commit_rate=lost_commit_rate,
             seed=seed,

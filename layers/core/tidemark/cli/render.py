@@ -83,6 +83,13 @@ def render_result(console: Console, result: DemoResult) -> None:
     )
     for error in delivery["function_errors"]:
         console.print(f"[yellow]function error seen:[/yellow] {error}")
+    if data.get("epochs") is not None:
+        epochs = data["epochs"]
+        started = ", ".join(f"partition {p}: epoch {e}" for p, e in sorted(epochs["started"].items())) or "none"
+        console.print(
+            f"topic recreated mid-run: the archiver refused {epochs['refused_invocations']} invocation(s) of the new "
+            f"log (nothing dropped); the operator started {started}"
+        )
     if data["chaos"] is not None:
         chaos = data["chaos"]
         points = ", ".join(f"{point} x{count}" for point, count in chaos["crash_points"].items()) or "none"

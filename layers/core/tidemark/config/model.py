@@ -71,7 +71,17 @@ class EventTimeConfig(_Model):
     source: Literal["record_timestamp", "json_field", "header", "processing_time"] = "record_timestamp"
     field: str | None = Field(default=None, description="dotted path into a JSON value (source=json_field)")
     header: str | None = Field(default=None, min_length=1, description="header name (source=header)")
-    format: Literal["auto", "epoch_s", "epoch_ms", "iso8601"] = "auto"
+    format: Literal["auto", "epoch_s", "epoch_ms", "iso8601"] = Field(
+        default="auto",
+        description=(
+            "how a field or header value is read. auto: JSON numbers are epoch seconds below 1e11, else"
+            " milliseconds; a string of exactly 8 digits is a basic ISO-8601 date YYYYMMDD (midnight in"
+            " `timezone`; an impossible date is invalid_event_time); any other numeric string is an epoch"
+            " number like a JSON number; any other string is ISO-8601. epoch_s / epoch_ms: numbers and"
+            " numeric strings in that unit. iso8601: strings only ('20240101' is a date). Fractions are"
+            " floored to the millisecond."
+        ),
+    )
     timezone: str = "UTC"
 
     @field_validator("field")
@@ -225,6 +235,9 @@ class ArchiveSettings(_Model):
     multipart_threshold: Bytes = Field(default=ByteSize(16 * MiB), ge=5 * MiB)
     multipart_chunksize: Bytes = Field(default=ByteSize(8 * MiB), ge=5 * MiB)
     max_accept_attempts: int = Field(default=5, ge=1, le=50)
+    #: the largest ledger item a writer may write (DynamoDB's limit is 400 KB). A batch whose
+    #: records would grow the partition's item past it is accepted in chunks, with flushes between.
+    ledger_item_budget: Bytes = Field(default=ByteSize(300 * 1024), ge=4 * 1024, le=380 * 1024)
     #: storage-class transitions of archived objects (raw/ and errors/), in ascending order
     transitions: list[StorageTransition] = Field(default_factory=list)
 

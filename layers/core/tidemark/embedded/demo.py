@@ -19,7 +19,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any, Protocol
 
@@ -37,8 +37,9 @@ from tidemark.embedded.esm.invokers import ChildInvoker, InProcessInvoker, Invok
 from tidemark.embedded.esm.mapping import EventSourceMapping, MappingConfig, MappingStats
 from tidemark.embedded.kafka_clients import client_settings, kafka_client_log
 from tidemark.embedded.lambda_runtime import HandlerRef, patched_environ
+from tidemark.embedded.operator import EpochOperator
 from tidemark.embedded.ports import claim_port
-from tidemark.embedded.workload import WorkloadSpec, ensure_topic, generate, produce
+from tidemark.embedded.workload import Order, WorkloadSpec, ensure_topic, generate, produce, recreate_topic
 from tidemark.eventtime import HourBucketer
 from tidemark.exceptions import ConfigError, TidemarkError
 from tidemark.objects.keys import hour_of_key
@@ -86,6 +87,7 @@ class DemoOptions:
     crash_rate: float = 0.2
     lost_commit_rate: float = 0.03
     seed: int = 7
+    recreate_topic: bool = False  # delete and create the topic after half the orders (offsets restart)
 
 
 @dataclass
@@ -103,6 +105,7 @@ class DemoResult:
     drained_objects: int
     sweeper: dict[str, Any]  # what each sweeper step returned
     aggregation: dict[str, Any] | None  # the Spark job's run, and its results read back
+    epochs: dict[str, Any] | None  # with --recreate-topic: refused invocations and epochs started
     ledger_only: list[str]  # committed in the ledger, missing from S3
     s3_only: list[str]  # in S3, unknown to the ledger
     staging_left: int  # segment files still on the staging directory
@@ -160,6 +163,7 @@ class DemoResult:
             "sweeper": self.sweeper,
             "aggregation": self.aggregation,
             "chaos": None if self.chaos is None else self.chaos.summary(),
+            "epochs": self.epochs,
             "timings_s": {name: round(seconds, 2) for name, seconds in self.timings_s.items()},
         }
 
@@ -267,10 +271,12 @@ class Demo:
             self.ui.step(f"producing {options.workload.records} orders to {topic!r} ({options.partitions} partitions)")
             ensure_topic(bootstrap, topic, options.partitions)
             orders = list(generate(options.workload, int(time.time() * 1000), stream.event_time.timezone))
+            # With --recreate-topic, half the orders go to the topic before it is recreated.
+            first = orders[: len(orders) // 2] if options.recreate_topic else orders
             expected = produce(
                 bootstrap,
                 topic,
-                iter(orders),
+                iter(first),
                 on_progress=lambda n: self.ui.progress("produce", n, len(orders)),
             )
             mark = self._lap("produce", mark)
@@ -282,6 +288,11 @@ class Demo:
             invoker = chaos.invoker(warm, cold) if options.chaos else warm
             self.ui.step("archiving through the local event source mapping" + (" with chaos" if options.chaos else ""))
             mapping = self._archive(stream, bootstrap, expected, invoker, chaos)
+            epochs = None
+            if options.recreate_topic:
+                recreated, mapping, operator = self._recreate(stream, bootstrap, orders[len(first) :], invoker, chaos)
+                expected += recreated
+                epochs = {"refused_invocations": operator.refused, "started": operator.epochs}
             mark = self._lap("archive", mark)
 
             self.ui.step("draining open buffers (every record into an S3 object)")
@@ -325,6 +336,7 @@ class Demo:
                 verification=report,
                 mapping=mapping.stats,
                 chaos=chaos.log if options.chaos else None,
+                epochs=epochs,
                 late_produced=sum(order.late for order in orders),
                 drained_objects=drained,
                 sweeper=sweeper,
@@ -382,6 +394,20 @@ class Demo:
             mapping.run(caught_up)
         self.ui.progress("archive", total, total)
         return mapping
+
+    def _recreate(
+        self, stream: StreamConfig, bootstrap: str, orders: list[Order], invoker: Invoker, chaos: Chaos
+    ) -> tuple[list[ExpectedRecord], EventSourceMapping, EpochOperator]:
+        """Delete and create the topic (its offsets restart at 0), produce the rest of the orders,
+        and archive them with a fresh mapping. The archiver refuses the new log's first batch (a
+        position reset); the operator starts epoch 1 at offset 0 and the retry goes through."""
+        topic, partitions = stream.source.topic, self.options.partitions
+        self.ui.step(f"recreating {topic!r} mid-run: offsets restart at 0; an operator starts a new epoch")
+        recreate_topic(bootstrap, topic, partitions)
+        produced = produce(bootstrap, topic, iter(orders))
+        operator = EpochOperator(invoker, stream, list(range(partitions)), reason="demo: topic recreated mid-run")
+        mapping = self._archive(stream, bootstrap, produced, operator, chaos)
+        return [replace(item, epoch=1) for item in produced], mapping, operator
 
     def _drain(
         self, stream: StreamConfig, expected: list[ExpectedRecord], cold: ChildInvoker, chaos: Chaos | None

@@ -10,6 +10,7 @@ the partition and offset the broker assigned (from the delivery reports).
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -126,6 +127,26 @@ def ensure_topic(bootstrap: str, topic: str, partitions: int, timeout_s: float =
                 )
     finally:
         probe.close()
+
+
+def recreate_topic(bootstrap: str, topic: str, partitions: int, timeout_s: float = 15.0) -> None:
+    """Delete ``topic`` and create it again, empty: its offsets start over at 0 (what an operator
+    does to a topic by mistake, or to 'clean it up')."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    admin = AdminClient(client_settings(bootstrap))
+    try:
+        admin.delete_topics([topic])[topic].result(timeout=timeout_s)
+        deadline = time.monotonic() + timeout_s
+        while topic in admin.list_topics(timeout=timeout_s).topics:
+            if time.monotonic() > deadline:
+                raise WorkloadError(f"topic {topic!r} still listed {timeout_s:.0f}s after its deletion")
+            time.sleep(0.1)
+        future = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic]
+        future.result(timeout=timeout_s)
+    except KafkaException as exc:
+        raise WorkloadError(f"cannot recreate topic {topic!r}: {exc}") from None
 
 
 def produce(

@@ -5,7 +5,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 
-from tidemark.ledger.model import CommittedObject, HourMark, PartitionState
+from tidemark.exceptions import LedgerItemTooLargeError
+from tidemark.ledger.model import CommittedObject, EpochStart, HourMark, PartitionState
+
+# DynamoDB refuses items over 400 KB; nothing that large is ever sent (the writer keeps its own,
+# lower budget: ``archive.ledger_item_budget``).
+MAX_ITEM_BYTES = 400 * 1024
 
 
 class Ledger(ABC):
@@ -21,8 +26,32 @@ class Ledger(ABC):
         when another writer got there first.
         """
         self._check_successor(new, previous)
+        self._check_size(new)
         self._put_state(new, expected_version=previous.version)
         return new
+
+    def start_epoch(self, new: PartitionState, previous: PartitionState, record: EpochStart) -> PartitionState:
+        """Write the state of a new epoch and its audit record together (conditional on the
+        version, like every state write; the record must not exist yet)."""
+        self._check_successor(new, previous)
+        self._check_size(new)
+        self._put_state_and_epoch(new, previous.version, record)
+        return new
+
+    def epochs(self, stream: str, partition: int) -> list[EpochStart]:
+        """Every epoch start of the partition, oldest first (epoch 0 has no record)."""
+        return self._query_epochs(stream, partition)
+
+    def item_size(self, state: PartitionState) -> int:
+        """Bytes the state takes as one stored item, as the store counts them."""
+        return self._state_item_size(state)
+
+    def _check_size(self, state: PartitionState) -> None:
+        size = self._state_item_size(state)
+        if size > MAX_ITEM_BYTES:
+            raise LedgerItemTooLargeError(
+                f"{state.stream}/{state.partition}: state item of {size} bytes exceeds {MAX_ITEM_BYTES}"
+            )
 
     def commit(self, new: PartitionState, previous: PartitionState, committed: CommittedObject) -> PartitionState:
         """Atomically record the object and drop its SEALED flush from the partition state.
@@ -31,8 +60,14 @@ class Ledger(ABC):
         was already recorded while its flush was still sealed.
         """
         self._check_successor(new, previous)
+        self._check_size(new)
         self._put_state_and_object(new, previous.version, committed)
         return new
+
+    def commit_state_only(self, new: PartitionState, previous: PartitionState) -> PartitionState:
+        """Drop a SEALED flush whose identical object item is already recorded (a STATE item that
+        was restored or recreated behind the ledger's back): the object is not recorded twice."""
+        return self.save(new, previous)
 
     def committed_objects(self, stream: str, hour: str) -> list[CommittedObject]:
         """Objects committed for one event hour of a stream (raw and dead-letter)."""
@@ -88,6 +123,26 @@ class Ledger(ABC):
     def _put_state_and_object(
         self, state: PartitionState, expected_version: int, committed: CommittedObject
     ) -> None: ...
+
+    @abstractmethod
+    def _put_state_and_epoch(self, state: PartitionState, expected_version: int, record: EpochStart) -> None: ...
+
+    @abstractmethod
+    def _query_epochs(self, stream: str, partition: int) -> list[EpochStart]: ...
+
+    @abstractmethod
+    def _state_item_size(self, state: PartitionState) -> int: ...
+
+    @abstractmethod
+    def _get_object(
+        self, stream: str, hour: str, kind: str, partition: int, first: int, epoch: int
+    ) -> CommittedObject | None:
+        """The committed-object item of that identity, if any (a consistent read)."""
+
+    def committed_object(
+        self, stream: str, hour: str, kind: str, partition: int, first: int, epoch: int = 0
+    ) -> CommittedObject | None:
+        return self._get_object(stream, hour, kind, partition, first, epoch)
 
     @abstractmethod
     def _query_objects(self, stream: str, hour: str) -> list[CommittedObject]: ...

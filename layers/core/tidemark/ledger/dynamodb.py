@@ -33,6 +33,7 @@ from tidemark.exceptions import DoubleCommitError, LedgerConflictError
 from tidemark.ledger.base import Ledger
 from tidemark.ledger.model import (
     CommittedObject,
+    EpochStart,
     HourMark,
     OpenBuffer,
     PartitionState,
@@ -144,6 +145,7 @@ def state_to_item(state: PartitionState) -> dict[str, Any]:
     """
     body = {
         "next_seq": state.next_seq,
+        "fingerprints": state.fingerprints,
         "buffers": {key: _buffer_to(buffer) for key, buffer in state.buffers.items()},
         "sealed": {flush_id: _sealed_to(flush) for flush_id, flush in state.sealed.items()},
         "quarantined": {
@@ -164,6 +166,8 @@ def state_to_item(state: PartitionState) -> dict[str, Any]:
         "staged_offset": state.staged_offset,
         "updated_ms": state.updated_ms,
         "watermark_ms": state.watermark_ms,
+        "epoch": state.epoch,
+        "source": state.source,
         "open_buffers": len(state.buffers),
         "sealed_flushes": len(state.sealed),
         "quarantined_flushes": len(state.quarantined),
@@ -181,6 +185,9 @@ def state_from_item(item: dict[str, Any]) -> PartitionState:
         next_seq=int(body["next_seq"]),
         updated_ms=int(item["updated_ms"]),
         watermark_ms=int(item.get("watermark_ms", -1)),
+        epoch=int(item.get("epoch", 0)),
+        source=item.get("source", ""),
+        fingerprints=tuple((int(offset), int(crc)) for offset, crc in body.get("fingerprints", ())),
         buffers={key: _buffer_from(raw) for key, raw in body["buffers"].items()},
         sealed={flush_id: _sealed_from(raw) for flush_id, raw in body["sealed"].items()},
         quarantined={
@@ -190,10 +197,52 @@ def state_from_item(item: dict[str, Any]) -> PartitionState:
     )
 
 
+def object_sk(kind: str, partition: int, first: int, epoch: int = 0) -> str:
+    """Epoch 0 keeps the original form; a later epoch's positions may repeat earlier ones, so its
+    objects' sort keys carry the epoch."""
+    if epoch:
+        return f"OBJ#{kind}#{partition:05d}#e{epoch:04d}#{first:020d}"
+    return f"OBJ#{kind}#{partition:05d}#{first:020d}"
+
+
+def epoch_sk(epoch: int) -> str:
+    return f"EPOCH#{epoch:06d}"
+
+
+def epoch_to_item(stream: str, partition: int, record: EpochStart) -> dict[str, Any]:
+    return {
+        "pk": state_pk(stream, partition),
+        "sk": epoch_sk(record.epoch),
+        "stream": stream,
+        "partition": partition,
+        "epoch": record.epoch,
+        "first_offset": record.first_offset,
+        "previous_staged_offset": record.previous_staged_offset,
+        "previous_source": record.previous_source,
+        "source": record.source,
+        "reason": record.reason,
+        "started_ms": record.started_ms,
+    }
+
+
+def epoch_from_item(item: dict[str, Any]) -> EpochStart:
+    return EpochStart(
+        epoch=int(item["epoch"]),
+        first_offset=int(item["first_offset"]),
+        previous_staged_offset=int(item["previous_staged_offset"]),
+        previous_source=item["previous_source"],
+        source=item["source"],
+        reason=item["reason"],
+        started_ms=int(item["started_ms"]),
+    )
+
+
 def object_to_item(committed: CommittedObject) -> dict[str, Any]:
     return {
         "pk": hour_pk(committed.stream, committed.hour),
-        "sk": f"OBJ#{committed.kind}#{committed.partition:05d}#{committed.first:020d}",
+        "sk": object_sk(committed.kind, committed.partition, committed.first, committed.epoch),
+        "epoch": committed.epoch,
+        "content_sha256": committed.content_sha256,
         "stream": committed.stream,
         "partition": committed.partition,
         "kind": committed.kind,
@@ -221,7 +270,24 @@ def object_from_item(item: dict[str, Any]) -> CommittedObject:
         size=int(item["size"]),
         sha256=item["sha256"],
         committed_ms=int(item["committed_ms"]),
+        epoch=int(item.get("epoch", 0)),
+        content_sha256=item.get("content_sha256", ""),
     )
+
+
+def item_size(item: dict[str, Any]) -> int:
+    """An upper bound of DynamoDB's size of a plain item: attribute names plus values (strings and
+    binaries by their length, numbers counted at their 21-byte maximum)."""
+    total = 0
+    for name, value in item.items():
+        total += len(name.encode("utf-8"))
+        if isinstance(value, str):
+            total += len(value.encode("utf-8"))
+        elif isinstance(value, bytes | bytearray):
+            total += len(value)
+        else:
+            total += 21
+    return total
 
 
 def _serialize(item: dict[str, Any]) -> dict[str, Any]:
@@ -368,6 +434,60 @@ class DynamoDBLedger(Ledger):
             raise LedgerConflictError(
                 f"{state.stream}/{state.partition}: commit of {committed.key} lost the version check ({reasons})"
             )
+
+    def _state_item_size(self, state: PartitionState) -> int:
+        return item_size(state_to_item(state))
+
+    def _put_state_and_epoch(self, state: PartitionState, expected_version: int, record: EpochStart) -> None:
+        condition, values = _version_condition(expected_version)
+        state_put: dict[str, Any] = {
+            "TableName": self.table_name,
+            "Item": _serialize(state_to_item(state)),
+            "ConditionExpression": condition,
+        }
+        if values:
+            state_put["ExpressionAttributeValues"] = values
+        try:
+            items: list[Any] = [
+                {"Put": state_put},
+                {
+                    "Put": {
+                        "TableName": self.table_name,
+                        "Item": _serialize(epoch_to_item(state.stream, state.partition, record)),
+                        "ConditionExpression": "attribute_not_exists(pk)",
+                    }
+                },
+            ]
+            self._client.transact_write_items(TransactItems=items)
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "TransactionCanceledException":
+                raise
+            raise LedgerConflictError(
+                f"{state.stream}/{state.partition}: epoch {record.epoch} not started, the state moved "
+                f"(expected version {expected_version})"
+            ) from None
+
+    def _query_epochs(self, stream: str, partition: int) -> list[EpochStart]:
+        found: list[EpochStart] = []
+        for page in self._client.get_paginator("query").paginate(
+            TableName=self.table_name,
+            KeyConditionExpression="pk = :pk AND begins_with(sk, :prefix)",
+            ExpressionAttributeValues={":pk": {"S": state_pk(stream, partition)}, ":prefix": {"S": "EPOCH#"}},
+            ConsistentRead=True,
+        ):
+            found.extend(epoch_from_item(_deserialize(item)) for item in page.get("Items", []))
+        return found
+
+    def _get_object(
+        self, stream: str, hour: str, kind: str, partition: int, first: int, epoch: int
+    ) -> CommittedObject | None:
+        response = self._client.get_item(
+            TableName=self.table_name,
+            Key={"pk": {"S": hour_pk(stream, hour)}, "sk": {"S": object_sk(kind, partition, first, epoch)}},
+            ConsistentRead=True,
+        )
+        item = response.get("Item")
+        return object_from_item(_deserialize(item)) if item else None
 
     def _query_objects(self, stream: str, hour: str) -> list[CommittedObject]:
         paginator = self._client.get_paginator("query")

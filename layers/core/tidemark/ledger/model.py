@@ -80,7 +80,11 @@ class QuarantinedFlush:
 
 @dataclass(frozen=True, slots=True)
 class CommittedObject:
-    """The ledger's record of an object in S3 (what the Spark job and the sweeper read)."""
+    """The ledger's record of an object in S3 (what the Spark job and the sweeper read).
+
+    ``content_sha256`` digests the records themselves, not their rendering (see
+    ``tidemark.objects.content``): an object re-rendered by another library version holds the same
+    records under other bytes, and is recognised by it."""
 
     stream: str
     partition: int
@@ -93,6 +97,26 @@ class CommittedObject:
     size: int
     sha256: str
     committed_ms: int
+    epoch: int = 0
+    content_sha256: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class EpochStart:
+    """One start of a new position epoch for a partition: the ledger's audit trail of resets.
+
+    Positions of one epoch come from one source log. A topic recreated, a topic changed or a
+    cluster migrated gives positions that may repeat earlier ones; the new epoch keeps their
+    object keys apart (``+e<n>+``) and its ``first_offset`` is where the operator said archiving
+    resumes on the new log."""
+
+    epoch: int
+    first_offset: int
+    previous_staged_offset: int
+    previous_source: str
+    source: str  # "" : adopt the source of the next batch
+    reason: str
+    started_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +158,9 @@ class HourMark:
 
 ObjectKeyFn = Callable[[OpenBuffer], str]
 
+EPOCH_REASON = "epoch"  # rotation reason of buffers sealed by an epoch start
+FINGERPRINT_WINDOW = 64  # (offset, fingerprint) pairs kept: first and last record of 32 accepts
+
 
 def _frozen(mapping: Mapping[str, object]) -> Mapping[str, object]:
     return MappingProxyType(dict(mapping))
@@ -148,6 +175,11 @@ class PartitionState:
     next_seq: int = 1
     updated_ms: int = 0
     watermark_ms: int = -1  # the latest event time of any record archived (raw) so far
+    epoch: int = 0  # position epoch: bumped by ``start_epoch`` (a reset), part of every object key
+    source: str = ""  # identity of the source log ("<cluster>/<topic>"); "" : adopt the next one seen
+    # (offset, fingerprint) of the first and last record of recent accepts, ascending: how a
+    # redelivery is told from a log whose positions went backwards (see ``tidemark.resets``).
+    fingerprints: tuple[tuple[int, int], ...] = ()
     buffers: Mapping[str, OpenBuffer] = field(default_factory=dict)  # by str(BufferKey)
     sealed: Mapping[str, SealedFlush] = field(default_factory=dict)  # by flush id
     quarantined: Mapping[str, QuarantinedFlush] = field(default_factory=dict)  # by flush id
@@ -161,11 +193,17 @@ class PartitionState:
         now_ms: int,
         spec: str = "",
         event_ms: int = -1,
+        source: str | None = None,
+        fingerprints: Iterable[tuple[int, int]] = (),
     ) -> PartitionState:
         """Add freshly staged segments to their buffers (opening buffers as needed).
 
         Only buffers staged under the same render ``spec`` can be appended to. ``event_ms`` is the
-        latest event time among the new raw records: the partition's watermark only grows."""
+        latest event time among the new raw records: the partition's watermark only grows.
+        ``source`` is adopted when the state has none yet; ``fingerprints`` of the new records join
+        the recent window (the oldest drop out)."""
+        if source and self.source and source != self.source:
+            raise InvalidTransitionError(f"source {source!r} is not the epoch's source {self.source!r}")
         if staged_offset <= self.staged_offset:
             raise InvalidTransitionError(f"staged offset must grow: {staged_offset} <= {self.staged_offset}")
         buffers = dict(self.buffers)
@@ -191,8 +229,41 @@ class PartitionState:
             next_seq=next_seq,
             updated_ms=now_ms,
             watermark_ms=max(self.watermark_ms, event_ms),
+            source=self.source or source or "",
+            fingerprints=(*self.fingerprints, *fingerprints)[-FINGERPRINT_WINDOW:],
             buffers=_frozen(buffers),  # type: ignore[arg-type]
         )
+
+    def start_epoch(
+        self, first_offset: int, source: str, reason: str, object_key: ObjectKeyFn, now_ms: int
+    ) -> tuple[PartitionState, EpochStart]:
+        """Begin a new position epoch at ``first_offset`` (an operator's decision, see DESIGN.md).
+
+        Every OPEN buffer is sealed under the ending epoch's keys in the same write (reason
+        ``epoch``), so no buffer ever mixes two logs. Records below ``first_offset`` are from then
+        on dropped as already archived; the fingerprint window starts empty."""
+        if first_offset < 0:
+            raise InvalidTransitionError(f"an epoch starts at an offset >= 0, got {first_offset}")
+        state = self.seal(dict.fromkeys(self.buffers, EPOCH_REASON), object_key, now_ms) if self.buffers else self
+        record = EpochStart(
+            epoch=self.epoch + 1,
+            first_offset=first_offset,
+            previous_staged_offset=self.staged_offset,
+            previous_source=self.source,
+            source=source,
+            reason=reason,
+            started_ms=now_ms,
+        )
+        started = replace(
+            state,
+            version=self.version + 1,
+            epoch=record.epoch,
+            staged_offset=first_offset - 1,
+            source=source,
+            fingerprints=(),
+            updated_ms=now_ms,
+        )
+        return started, record
 
     def seal(self, reasons: Mapping[str, str], object_key: ObjectKeyFn, now_ms: int) -> PartitionState:
         """Freeze the named OPEN buffers into SEALED flushes with their object keys."""

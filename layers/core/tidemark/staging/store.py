@@ -50,6 +50,10 @@ class SegmentFile:
     created_ms: int
 
 
+def segment_name(buffer: BufferKey, first: int, last: int, created_ms: int, nonce: str) -> str:
+    return f"{buffer.kind}_{buffer.hour}_{first:020d}-{last:020d}_{created_ms:013d}_{nonce}.seg"
+
+
 def parse_segment_name(name: str) -> SegmentFile | None:
     match = _SEGMENT.fullmatch(name)
     if not match:
@@ -91,7 +95,7 @@ class SegmentStore:
         if not directory.is_dir():
             directory.mkdir(parents=True, exist_ok=True)
             _fsync_dir(directory.parent)
-        name = f"{buffer.kind}_{buffer.hour}_{first:020d}-{last:020d}_{created_ms:013d}_{secrets.token_hex(6)}.seg"
+        name = segment_name(buffer, first, last, created_ms, secrets.token_hex(6))
         data = b"".join(frames)
         self._crash.hit(BEFORE_SEGMENT_WRITE)
         try:
@@ -111,6 +115,12 @@ class SegmentStore:
         _fsync_dir(directory)
         self._crash.hit(AFTER_SEGMENT_WRITE)
         return SegmentRef(name=name, records=len(frames), size=len(data), first=first, last=last)
+
+    @staticmethod
+    def planned_ref(buffer: BufferKey, first: int, last: int, records: int, size: int, created_ms: int) -> SegmentRef:
+        """The reference ``write`` would return for such a segment (its name as long as the real
+        one): what the writer sizes a ledger accept with before writing anything."""
+        return SegmentRef(segment_name(buffer, first, last, created_ms, "0" * 12), records, size, first, last)
 
     def read(self, stream: str, partition: int, ref: SegmentRef) -> list[Frame]:
         """Read an accepted segment and prove it holds exactly what the ledger says."""

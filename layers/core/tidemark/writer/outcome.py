@@ -33,6 +33,8 @@ class BatchOutcome:
     flush_errors: int = 0
     quarantined: int = 0
     garbage_segments_deleted: int = 0
+    chunks: int = 0  # extra ledger accepts a batch needed to keep the item within its budget
+    adopted_objects: int = 0  # flushes whose object was already in S3 (same records)
 
     def merge(self, other: BatchOutcome) -> BatchOutcome:
         self.records_in += other.records_in
@@ -46,6 +48,8 @@ class BatchOutcome:
         self.flush_errors += other.flush_errors
         self.quarantined += other.quarantined
         self.garbage_segments_deleted += other.garbage_segments_deleted
+        self.chunks += other.chunks
+        self.adopted_objects += other.adopted_objects
         return self
 
     def summary(self) -> dict[str, object]:

@@ -24,7 +24,15 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from tidemark.buffers import BufferKey
 from tidemark.clock import Clock
-from tidemark.exceptions import CorruptSegmentError, LedgerConflictError, StagingConflictError
+from tidemark.exceptions import (
+    CorruptSegmentError,
+    DoubleCommitError,
+    LedgerConflictError,
+    LedgerFullError,
+    ObjectConflictError,
+    PositionResetError,
+    StagingConflictError,
+)
 from tidemark.faults import (
     AFTER_ACCEPT,
     AFTER_COMMIT,
@@ -36,12 +44,16 @@ from tidemark.faults import (
     NoCrashes,
 )
 from tidemark.ledger.base import Ledger
-from tidemark.ledger.model import CommittedObject, PartitionState, SealedFlush
+from tidemark.ledger.model import CommittedObject, EpochStart, PartitionState, SealedFlush
+from tidemark.objects.content import ContentDigest
+from tidemark.objects.keys import epoch_of_key
 from tidemark.objects.writer import ObjectStore
 from tidemark.records.model import Record
+from tidemark.resets import check_positions, fingerprint
 from tidemark.routing import Routed
 from tidemark.staging.frames import Frame
 from tidemark.staging.store import SegmentRef, SegmentStore
+from tidemark.writer.budget import ItemBudget
 from tidemark.writer.outcome import BatchOutcome, FlushOutcome
 from tidemark.writer.stream import StreamContext
 
@@ -86,16 +98,27 @@ class PartitionWriter:
         self._cache = state_cache if state_cache is not None else {}
         self._gc_times = gc_times if gc_times is not None else {}
         self._key = (stream.name, partition)
+        self._budget = ItemBudget(ledger, int(stream.archive.ledger_item_budget))
+        # No object key of this partition is longer (prefix, stream twice, hour, epoch, offsets, extension).
+        self._key_bound = (
+            max(len(stream.archive.raw_prefix), len(stream.archive.errors_prefix)) + 2 * len(stream.name) + 110
+        )
 
     # -- the run ------------------------------------------------------------------------------
 
-    def write(self, records: Sequence[Record], *, fresh: bool = False, drain: bool = False) -> BatchOutcome:
+    def write(
+        self, records: Sequence[Record], *, source: str = "", fresh: bool = False, drain: bool = False
+    ) -> BatchOutcome:
         """Archive one delivered batch of this partition. Returns only when every record is in a
-        ledger-accepted segment (raw or dead-letter), so the caller may let offsets commit."""
+        ledger-accepted segment (raw or dead-letter), so the caller may let offsets commit.
+
+        ``source`` identifies the log the records come from (``tidemark.resets.source_identity``);
+        positions a redelivery cannot explain raise ``PositionResetError`` before anything is
+        staged."""
         outcome = BatchOutcome(records_in=len(records))
         state = self.recover(outcome, fresh=fresh)
         version = state.version
-        state = self.stage(records, state, outcome)
+        state = self.stage(records, state, outcome, source=source)
         if state.version != version and self._gc_due():  # just written: the stored state right now
             self.collect_garbage(state, outcome)
         state = self.rotate(state, outcome, drain=drain)
@@ -111,6 +134,46 @@ class PartitionWriter:
         """Like ``maintain``, but every OPEN buffer is sealed and written now, whatever its age:
         before a shutdown, a config change, or at the end of the embedded demo."""
         return self.write((), fresh=True, drain=True)
+
+    def start_epoch(self, first_offset: int, *, source: str = "", reason: str = "") -> EpochStart:
+        """Start a new position epoch at ``first_offset`` (the operator's ``tidemark epoch start``).
+
+        One fenced ledger write seals every OPEN buffer under the ending epoch's keys and moves
+        the partition to the new epoch; the sealed flushes are uploaded by the next archiver run
+        or sweep, which can read the staging mount."""
+        for _attempt in range(self.stream.archive.max_accept_attempts):
+            state = self._load()
+            now, ending = self._clock.now_ms(), state.epoch
+            started, record = state.start_epoch(
+                first_offset,
+                source,
+                reason,
+                lambda buffer, epoch=ending: self.stream.object_key(self.partition, buffer, epoch),  # type: ignore[misc]
+                now,
+            )
+            if not self._budget.fits(started):
+                raise LedgerFullError(
+                    f"{self.stream.name}/{self.partition}: sealing every open buffer would outgrow the ledger item; "
+                    "let the sweeper flush the partition first"
+                )
+            try:
+                self._remember(self._ledger.start_epoch(started, state, record))
+            except LedgerConflictError:
+                continue
+            logger.warning(
+                "position epoch started",
+                extra={
+                    **self._log,
+                    "epoch": record.epoch,
+                    "first_offset": first_offset,
+                    "previous_staged_offset": record.previous_staged_offset,
+                    "previous_source": record.previous_source,
+                    "source": source or "(adopt the next batch's)",
+                    "reason": reason,
+                },
+            )
+            return record
+        raise LedgerConflictError(f"{self.stream.name}/{self.partition}: epoch not started, the state kept moving")
 
     def _gc_due(self) -> bool:
         last = self._gc_times.get(self._key)
@@ -162,28 +225,69 @@ class PartitionWriter:
 
     # -- stage --------------------------------------------------------------------------------
 
-    def stage(self, records: Sequence[Record], state: PartitionState, outcome: BatchOutcome) -> PartitionState:
-        """Invariants 1-3 and 6: dedupe, write fenced immutable segments, ledger accept."""
+    def stage(
+        self, records: Sequence[Record], state: PartitionState, outcome: BatchOutcome, *, source: str = ""
+    ) -> PartitionState:
+        """Invariants 1-3 and 6: dedupe, write fenced immutable segments, ledger accept.
+
+        The batch is accepted in as few chunks as the ledger item budget allows: usually one. A
+        batch that would open more buffers than ``max_open_buffers`` at once, or grow the item
+        past the budget, is accepted a prefix (in offset order) at a time, with a rotation and a
+        flush between chunks, so the item stays small and every write costs what its chunk holds.
+        """
         if not records:
             return state
+        try:
+            check_positions(state, records, source)
+        except PositionResetError:
+            # This container's cached state may predate an epoch another process started: only
+            # the stored state can refuse a batch.
+            stored = self._load()
+            if stored.version == state.version:
+                raise
+            state = stored
+            check_positions(state, records, source)
+        epoch = state.epoch
         routed = self._route_new(records, state.staged_offset)
-        attempts = self.stream.archive.max_accept_attempts
-        for _attempt in range(attempts):
+        by_offset: dict[int, Record] | None = None
+        conflicts_left = self.stream.archive.max_accept_attempts
+        while True:
             fresh = [pair for pair in routed if pair[0] > state.staged_offset]
             if not fresh:
                 break
+            if state.epoch != epoch:  # an operator started an epoch meanwhile: judge the batch again
+                raise StagingConflictError(f"{self.stream.name}/{self.partition}: epoch changed during the batch")
             if any(
                 (buffer := state.buffers.get(str(item.buffer))) is not None and buffer.spec != self.stream.spec
                 for _offset, item in fresh
             ):  # the configuration's format changed since these buffers opened: seal them first
                 state = self.rotate(state, outcome)
+                conflicts_left -= 1
+                if conflicts_left <= 0:
+                    raise StagingConflictError(
+                        f"{self.stream.name}/{self.partition}: could not seal for a format change"
+                    )
                 continue
             now = self._clock.now_ms()
-            written = self._write_segments(fresh, now)
+            chunk = self._chunk(fresh, state, now, source)
+            if len(chunk) < len(fresh):
+                outcome.chunks += 1
+            if by_offset is None:
+                by_offset = {record.offset: record for record in records}
+            written = self._write_segments(chunk, now)
             # A record dated in the future (a producer's clock, a bad field) must not pin the
             # partition's watermark ahead of time: it counts as at most slightly ahead of now.
-            latest_event = min(max(item.event_ms for _offset, item in fresh), now + MAX_EVENT_LEAD_MS)
-            accepted = state.accept(written, fresh[-1][0], now, self.stream.spec, latest_event)
+            latest_event = min(max(item.event_ms for _offset, item in chunk), now + MAX_EVENT_LEAD_MS)
+            marks = {chunk[0][0], chunk[-1][0]}
+            accepted = state.accept(
+                written,
+                chunk[-1][0],
+                now,
+                self.stream.spec,
+                latest_event,
+                source=source,
+                fingerprints=[(offset, fingerprint(by_offset[offset])) for offset in sorted(marks)],
+            )
             try:
                 state = self._remember(self._ledger.save(accepted, state))
             except LedgerConflictError as conflict:
@@ -196,22 +300,71 @@ class PartitionWriter:
                     for _key, ref in written:  # a loser's segment is garbage: never read, deleted now
                         self._staging.delete(self.stream.name, self.partition, ref.name)
                     state = winner
+                    conflicts_left -= 1
+                    if conflicts_left <= 0:
+                        raise StagingConflictError(
+                            f"{self.stream.name}/{self.partition}: batch not accepted after "
+                            f"{self.stream.archive.max_accept_attempts} conflicting attempts"
+                        ) from None
                     continue
                 # Our own write had landed: its reply was lost and the client's retry found it.
                 logger.info("accept landed on a retried request", extra=self._log)
                 state = winner
             self._crash.hit(AFTER_ACCEPT)
-            outcome.staged += len(fresh)
+            outcome.staged += len(chunk)
             outcome.bytes_staged += sum(ref.size for _key, ref in written)
             outcome.segments_written += len(written)
-            outcome.dead_lettered.update(item.reason for _offset, item in fresh if item.reason)
-            break
-        else:
-            raise StagingConflictError(
-                f"{self.stream.name}/{self.partition}: batch not accepted after {attempts} conflicting attempts"
-            )
+            outcome.dead_lettered.update(item.reason for _offset, item in chunk if item.reason)
+            if len(chunk) < len(fresh):  # make room for the next chunk
+                state = self.flush(self.rotate(state, outcome), outcome)
         outcome.duplicates = outcome.records_in - outcome.staged
         return state
+
+    def _chunk(
+        self, fresh: list[tuple[int, Routed]], state: PartitionState, now: int, source: str
+    ) -> list[tuple[int, Routed]]:
+        """The longest prefix of ``fresh`` to accept now: it opens at most ``max_open_buffers``
+        new buffers, and the accepted state -- with every OPEN buffer sealed, too -- fits the
+        ledger item budget. Raises ``LedgerFullError`` if not even one record fits (the sealed
+        flushes waiting for S3 fill the item)."""
+        limit = self.stream.policy.max_open_buffers
+        end, opened = len(fresh), set[str]()
+        for index, (_offset, item) in enumerate(fresh):
+            name = str(item.buffer)
+            if name not in state.buffers and name not in opened:
+                if len(opened) == limit:
+                    end = index
+                    break
+                opened.add(name)
+        while end > 0:
+            if self._fits(fresh[:end], state, now, source):
+                return fresh[:end]
+            end //= 2
+        raise LedgerFullError(
+            f"{self.stream.name}/{self.partition}: no record fits in the ledger item "
+            f"({len(state.sealed)} sealed flushes waiting, {len(state.buffers)} open buffers, "
+            f"budget {self._budget.budget} bytes); the batch is retried once flushes go through"
+        )
+
+    def _fits(self, chunk: list[tuple[int, Routed]], state: PartitionState, now: int, source: str) -> bool:
+        groups: dict[BufferKey, list[tuple[int, Routed]]] = {}
+        for pair in chunk:
+            groups.setdefault(pair[1].buffer, []).append(pair)
+        planned = [
+            (
+                key,
+                self._staging.planned_ref(
+                    key, items[0][0], items[-1][0], len(items), sum(len(i.frame) for _o, i in items), now
+                ),
+            )
+            for key, items in groups.items()
+        ]
+        accepted = state.accept(
+            planned, chunk[-1][0], now, self.stream.spec, source=source, fingerprints=((0, 0), (0, 0))
+        )
+        return self._budget.fits_sealed(
+            accepted, lambda buffer: self.stream.object_key(self.partition, buffer, state.epoch), self._key_bound
+        )
 
     @staticmethod
     def _landed(written: list[tuple[BufferKey, SegmentRef]], winner: PartitionState) -> bool:
@@ -265,7 +418,7 @@ class PartitionWriter:
             due = self._due(state, now, drain)
             if not due:
                 return state
-            sealed = state.seal(due, lambda buffer: self.stream.object_key(self.partition, buffer), now)
+            sealed = self._seal_within_budget(state, due, now)
             try:
                 state = self._remember(self._ledger.save(sealed, state))
             except LedgerConflictError as conflict:
@@ -278,6 +431,18 @@ class PartitionWriter:
         logger.warning("could not seal after repeated conflicts; next run retries", extra=self._log)
         return state
 
+    def _seal_within_budget(self, state: PartitionState, due: dict[str, str], now: int) -> PartitionState:
+        """Seal ``due``, or as many of them as the ledger item budget allows (oldest first); an
+        accept always leaves room to seal everything, so this only trims for older states."""
+        epoch = state.epoch
+        keys = sorted(due, key=lambda name: (state.buffers[name].appended_ms, state.buffers[name].seq))
+        while True:
+            chosen = {name: due[name] for name in keys}
+            sealed = state.seal(chosen, lambda buffer: self.stream.object_key(self.partition, buffer, epoch), now)
+            if len(keys) == 1 or self._budget.fits(sealed):
+                return sealed
+            keys = keys[: len(keys) // 2]
+
     # -- flush --------------------------------------------------------------------------------
 
     def flush(self, state: PartitionState, outcome: BatchOutcome, *, resumed: bool = False) -> PartitionState:
@@ -288,7 +453,9 @@ class PartitionWriter:
                 continue
             try:
                 state = self._flush_one(flush, state, outcome, resumed)
-            except CorruptSegmentError as exc:  # damaged or missing: set aside, never uploaded
+            except (CorruptSegmentError, ObjectConflictError) as exc:
+                # Damaged or missing segments, or another object under the key: set aside, never
+                # uploaded over anything, and the partition keeps flowing.
                 state = self._quarantine(flush, str(exc), state, outcome)
             except (BotoCoreError, ClientError, S3UploadFailedError, OSError, LedgerConflictError) as exc:
                 # S3 or the spool disk failed: the flush stays sealed and a later run resumes it.
@@ -312,20 +479,28 @@ class PartitionWriter:
         Blocking the partition instead would let Kafka's retention expire every record behind
         it; quarantined, only this flush's offsets need an operator, and the ledger names them.
         """
+        error = error[:2000]  # the ledger item keeps it; the log line has it whole anyway
         for _attempt in range(self.stream.archive.max_accept_attempts):
+            if flush.flush_id in state.quarantined:
+                # Our own write landed and its reply was lost (the client's retry then failed
+                # against it), or a concurrent run quarantined it: either way, say it loudly.
+                break
             if flush.flush_id not in state.sealed:
-                return state
+                return state  # committed by a concurrent run after all
             try:
                 state = self._remember(
                     self._ledger.save(state.quarantine(flush.flush_id, error, self._clock.now_ms()), state)
                 )
+                break
             except LedgerConflictError as conflict:
                 outcome.conflicts += 1
                 state = self._winner(conflict)
-                continue
+        else:
+            raise LedgerConflictError(f"{flush.flush_id}: could not record the quarantine")
+        if flush.flush_id in state.quarantined:
             outcome.quarantined += 1
             logger.critical(
-                "flush quarantined: damaged staging segment; replay these offsets from Kafka",
+                "flush quarantined: nothing uploaded; replay these offsets from Kafka before retention expires",
                 extra={
                     **self._log,
                     "flush": flush.flush_id,
@@ -333,10 +508,36 @@ class PartitionWriter:
                     "last_offset": flush.buffer.last,
                     "records": flush.buffer.records,
                     "error": error,
+                    "object_key": flush.object_key,
                 },
             )
-            return state
-        raise LedgerConflictError(f"{flush.flush_id}: could not record the quarantine")
+        return state
+
+    def _commit_recorded(
+        self, flush: SealedFlush, state: PartitionState, committed: CommittedObject, now: int
+    ) -> PartitionState:
+        """The object item of this flush exists although the flush is still sealed: the STATE item
+        was restored or recreated behind the ledger's back. The same object (key and bytes, or the
+        same records): drop the flush without recording the object twice. Another one: raise
+        ``ObjectConflictError``, and the flush is quarantined -- never a wedged partition."""
+        recorded = self._ledger.committed_object(
+            self.stream.name, committed.hour, committed.kind, self.partition, committed.first, committed.epoch
+        )
+        same = recorded is not None and (
+            (recorded.key, recorded.sha256) == (committed.key, committed.sha256)
+            or (
+                bool(recorded.content_sha256)
+                and (recorded.key, recorded.content_sha256, recorded.records)
+                == (committed.key, committed.content_sha256, committed.records)
+            )
+        )
+        if not same:
+            raise ObjectConflictError(
+                f"{committed.key}: the ledger already records another object for offsets "
+                f"{committed.first}.. of this partition ({recorded.key if recorded else 'unreadable'})"
+            )
+        logger.warning("object was already recorded; flush dropped without a second record", extra=self._log)
+        return self._remember(self._ledger.commit_state_only(state.commit(flush.flush_id, now), state))
 
     def _frames(self, segments: Sequence[SegmentRef]) -> Iterator[Frame]:
         for segment in segments:  # one segment in memory at a time
@@ -349,8 +550,10 @@ class PartitionWriter:
         fmt, spec = self.stream.format_of(buffer)
         context = spec.context(self.partition)
 
+        content = ContentDigest()
+
         def render(out: BinaryIO) -> int:
-            return fmt.write(self._frames(buffer.segments), context, out)
+            return fmt.write(content.wrap(self._frames(buffer.segments)), context, out)
 
         uploaded = self._objects.put(
             flush.object_key,
@@ -360,7 +563,14 @@ class PartitionWriter:
             content_type=fmt.content_type,
             expected_records=buffer.records,
             before_upload=lambda: self._crash.hit(BEFORE_UPLOAD),
+            content=content,
         )
+        if uploaded.existing == "adopted":
+            outcome.adopted_objects += 1
+            logger.warning(
+                "object already in S3 with the same records under other bytes: adopted, not overwritten",
+                extra={**self._log, "key": flush.object_key, "sha256": uploaded.sha256},
+            )
         self._crash.hit(AFTER_UPLOAD)
         now = self._clock.now_ms()
         committed = CommittedObject(
@@ -375,10 +585,15 @@ class PartitionWriter:
             size=uploaded.size,
             sha256=uploaded.sha256,
             committed_ms=now,
+            epoch=epoch_of_key(flush.object_key),
+            content_sha256=uploaded.content_sha256,
         )
         for _attempt in range(self.stream.archive.max_accept_attempts):
             try:
                 state = self._remember(self._ledger.commit(state.commit(flush.flush_id, now), state, committed))
+                break
+            except DoubleCommitError:
+                state = self._commit_recorded(flush, state, committed, now)
                 break
             except LedgerConflictError:
                 outcome.conflicts += 1

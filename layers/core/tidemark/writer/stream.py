@@ -44,7 +44,9 @@ class StreamContext:
         spec = RenderSpec.decode(buffer.spec)
         return format_of(spec), spec
 
-    def object_key(self, partition: int, buffer: OpenBuffer) -> str:
+    def object_key(self, partition: int, buffer: OpenBuffer, epoch: int = 0) -> str:
         prefix = {RAW_KIND: self.archive.raw_prefix, ERRORS_KIND: self.archive.errors_prefix}[buffer.key.kind]
         fmt, _spec = self.format_of(buffer)
-        return object_key(prefix, self.name, buffer.key.hour, partition, buffer.first, buffer.last, fmt.extension)
+        return object_key(
+            prefix, self.name, buffer.key.hour, partition, buffer.first, buffer.last, fmt.extension, epoch
+        )

@@ -1,0 +1,160 @@
+"""``tidemark epoch``: start a new position epoch for partitions whose positions were reset.
+
+The archiver refuses a batch whose positions went back in a way no redelivery explains (a topic
+recreated or changed, a cluster migrated, a truncated log): nothing is dropped, the mapping
+retries, and the ``PositionResets`` alarm fires. The operator then decides where archiving
+resumes on the new log and says so here; the archiver's next retry goes through.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import boto3
+import typer
+
+from tidemark.cli.errors import one_line_errors
+from tidemark.config.loader import load_config
+from tidemark.runtime import ENV_LEDGER_TABLE, Runtime
+
+app = typer.Typer(
+    help="Position epochs: start one after a topic was recreated or changed, or a cluster migrated.",
+    no_args_is_help=True,
+)
+
+ConfigOption = Annotated[Path, typer.Option(help="Stream configuration (object keys are derived from it).")]
+TableOption = Annotated[
+    str,
+    typer.Option("--ledger-table", envvar=ENV_LEDGER_TABLE, help="The ledger table (default: $TIDEMARK_LEDGER_TABLE)."),
+]
+EndpointOption = Annotated[
+    str | None, typer.Option(help="DynamoDB endpoint, e.g. the embedded stack's moto server; default: AWS.")
+]
+StreamOption = Annotated[str, typer.Option(help="The stream, as named in the configuration.")]
+PartitionsOption = Annotated[list[int], typer.Option("--partition", "-p", help="A partition; repeat for several.")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
+
+
+def _runtime(config: Path, table: str, endpoint_url: str | None) -> Runtime:
+    client = boto3.client("dynamodb", endpoint_url=endpoint_url) if endpoint_url else None
+    s3 = boto3.client("s3", endpoint_url=endpoint_url) if endpoint_url else None
+    # The epoch transition reads and writes the ledger only: sealed flushes are uploaded by the
+    # next archiver run or sweep, which have the staging mount.
+    return Runtime.build(
+        load_config(config),
+        bucket="unused-by-epoch-commands",
+        table=table,
+        staging_root=tempfile.mkdtemp(prefix="tidemark-epoch-"),
+        dynamodb_client=client,
+        s3_client=s3,
+    )
+
+
+@app.command()
+def start(
+    stream: StreamOption,
+    partitions: PartitionsOption,
+    from_offset: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="The first position of the new log that is not archived yet: 0 (or the log start offset) "
+            "for a recreated or new topic; for a migrated cluster, the new cluster's offset of the first "
+            "record the archive does not hold (MirrorMaker's translated offset of the next record).",
+        ),
+    ],
+    source: Annotated[
+        str,
+        typer.Option(
+            help="The new log's identity, '<cluster>/<topic>' as the archiver logs it; default: adopt the "
+            "source of the next batch."
+        ),
+    ] = "",
+    reason: Annotated[str, typer.Option(help="Why, for the audit trail (kept in the ledger).")] = "",
+    config: ConfigOption = Path("config/tidemark.yaml"),
+    ledger_table: TableOption = "",
+    endpoint_url: EndpointOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Start a new epoch at --from-offset for each partition.
+
+    Every open buffer is sealed under the ending epoch (and uploaded by the next run); records
+    below --from-offset are from then on taken as archived; objects of the new epoch carry
+    `+e<n>+` in their keys, so they never collide with the old epoch's.
+    """
+    with one_line_errors():
+        runtime = _runtime(config, ledger_table, endpoint_url)
+        stream_config = runtime.config.stream(stream) if stream in {s.name for s in runtime.config.streams} else None
+        if stream_config is None:
+            known = ", ".join(s.name for s in runtime.config.streams)
+            raise typer.BadParameter(f"no stream {stream!r} in {config} (streams: {known})", param_hint="--stream")
+        started = []
+        for partition in partitions:
+            record = runtime.writer(stream_config, partition).start_epoch(from_offset, source=source, reason=reason)
+            started.append(
+                {
+                    "stream": stream,
+                    "partition": partition,
+                    "epoch": record.epoch,
+                    "first_offset": record.first_offset,
+                    "previous_staged_offset": record.previous_staged_offset,
+                    "previous_source": record.previous_source,
+                    "source": record.source,
+                }
+            )
+    if as_json:
+        print(json.dumps(started, indent=2))
+        return
+    for item in started:
+        print(
+            f"{item['stream']}/{item['partition']}: epoch {item['epoch']} starts at offset {item['first_offset']} "
+            f"(the previous epoch had staged up to {item['previous_staged_offset']})"
+        )
+
+
+@app.command("list")
+def list_epochs(
+    stream: StreamOption,
+    partitions: PartitionsOption,
+    config: ConfigOption = Path("config/tidemark.yaml"),
+    ledger_table: TableOption = "",
+    endpoint_url: EndpointOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Each partition's current epoch and every epoch start, oldest first."""
+    with one_line_errors():
+        runtime = _runtime(config, ledger_table, endpoint_url)
+        rows = []
+        for partition in partitions:
+            state = runtime.ledger.load(stream, partition)
+            rows.append(
+                {
+                    "stream": stream,
+                    "partition": partition,
+                    "epoch": state.epoch,
+                    "source": state.source,
+                    "staged_offset": state.staged_offset,
+                    "starts": [
+                        {
+                            "epoch": start.epoch,
+                            "first_offset": start.first_offset,
+                            "previous_staged_offset": start.previous_staged_offset,
+                            "previous_source": start.previous_source,
+                            "source": start.source,
+                            "reason": start.reason,
+                            "started_ms": start.started_ms,
+                        }
+                        for start in runtime.ledger.epochs(stream, partition)
+                    ],
+                }
+            )
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    for row in rows:
+        print(f"{row['stream']}/{row['partition']}: epoch {row['epoch']}, source {row['source'] or '(none yet)'}")
+        for start in row["starts"]:  # type: ignore[attr-defined]
+            print(f"  epoch {start['epoch']}: from offset {start['first_offset']} ({start['reason'] or 'no reason'})")

@@ -1,0 +1,64 @@
+"""The ledger item budget: every partition state a writer writes fits in one item.
+
+DynamoDB refuses an item over 400 KB, and a partition whose state outgrew it could never be
+written again -- not by the archiver, not by the sweeper. A bad producer (every record of a
+batch in another event hour) must not be able to do that, so the writer checks each state it is
+about to write against ``archive.ledger_item_budget`` and splits its work when it would not fit
+(see ``PartitionWriter.stage``).
+
+Checking costs a serialisation and a zlib compression of the state, so a cheap upper bound of
+the uncompressed body is tried first; only a state near the budget is measured exactly.
+"""
+
+from __future__ import annotations
+
+from tidemark.ledger.base import Ledger
+from tidemark.ledger.model import EPOCH_REASON, ObjectKeyFn, OpenBuffer, PartitionState
+
+_BUFFER_OVERHEAD = 160  # JSON punctuation, field names and numbers of one buffer
+_SEGMENT_OVERHEAD = 110  # numbers and punctuation of one segment reference, besides its name
+_SEAL_OVERHEAD = 80  # reason and time of a sealed flush, besides its object key
+_FINGERPRINT = 48
+_ITEM_OVERHEAD = 700  # top-level attributes and their names
+
+
+def _buffer_bound(buffer: OpenBuffer) -> int:
+    return (
+        _BUFFER_OVERHEAD
+        + len(buffer.spec)
+        + len(str(buffer.key))
+        + sum(len(segment.name) + _SEGMENT_OVERHEAD for segment in buffer.segments)
+    )
+
+
+def upper_bound(state: PartitionState) -> int:
+    """At least the stored item's size: the uncompressed body plus the top-level attributes
+    (zlib adds at most a few bytes to incompressible input)."""
+    body = sum(_buffer_bound(buffer) for buffer in state.buffers.values())
+    body += sum(_buffer_bound(f.buffer) + len(f.object_key) + _SEAL_OVERHEAD for f in state.sealed.values())
+    body += sum(
+        _buffer_bound(q.flush.buffer) + len(q.flush.object_key) + _SEAL_OVERHEAD + len(q.error) + 40
+        for q in state.quarantined.values()
+    )
+    body += len(state.fingerprints) * _FINGERPRINT
+    return int(body * 1.01) + 64 + _ITEM_OVERHEAD + len(state.stream) * 2 + len(state.source)
+
+
+class ItemBudget:
+    def __init__(self, ledger: Ledger, budget_bytes: int) -> None:
+        self._ledger = ledger
+        self.budget = budget_bytes
+
+    def fits(self, state: PartitionState) -> bool:
+        return upper_bound(state) <= self.budget or self._ledger.item_size(state) <= self.budget
+
+    def fits_sealed(self, state: PartitionState, object_key: ObjectKeyFn, key_bound: int) -> bool:
+        """``state`` fits, and so would the state with every OPEN buffer sealed: an accept never
+        leaves a state that cannot rotate. ``key_bound`` bounds the length of an object key (for
+        the cheap check); ``object_key`` names them for the exact one."""
+        if not state.buffers:
+            return self.fits(state)
+        if upper_bound(state) + len(state.buffers) * (key_bound + _SEAL_OVERHEAD) <= self.budget:
+            return True
+        sealed = state.seal(dict.fromkeys(state.buffers, EPOCH_REASON), object_key, 0)
+        return self._ledger.item_size(state) <= self.budget and self._ledger.item_size(sealed) <= self.budget

@@ -1,0 +1,257 @@
+"""Positions that go backwards: a topic recreated, a topic changed, a cluster migrated.
+
+Each scenario ends with every produced record archived exactly once (in the epoch the operator
+named), and no object ever overwritten: the bucket is versioned, so an overwrite would leave a
+second version behind, and every object's bytes are checked against the ledger's record of it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import logging
+from dataclasses import replace
+from typing import Any
+
+import orjson
+import pytest
+
+from tests.support.events import load_event, msk_event
+from tests.support.harness import EsmModel, assert_objects_describe_themselves, small_config
+from tests.support.workload import BASE_MS, HOUR_MS, Workload, make_orders
+from tidemark.archiver import Archiver, PositionResetsError
+from tidemark.config import TidemarkConfig, parse_config
+from tidemark.faults import AFTER_UPLOAD, CrashAt, SimulatedCrash
+from tidemark.ledger.dynamodb import state_pk
+from tidemark.objects.writer import META_SHA256
+from tidemark.records.esm import EventSource, build_event
+from tidemark.records.model import Record
+from tidemark.resets import BELOW_WINDOW, BYTES_DIFFER, SOURCE_CHANGED
+from tidemark.verify import ExpectedRecord, verify_archive
+
+BATCH = 25
+CLUSTER_B = "arn:aws:kafka:us-east-1:123456789012:cluster/tidemark-dr/0a1b2c3d-1111-2222-3333-444455556666-2"
+
+
+def versioned(archive: Any) -> Any:
+    archive.s3.put_bucket_versioning(Bucket=archive.bucket, VersioningConfiguration={"Status": "Enabled"})
+    return archive
+
+
+def deliver_all(archiver: Archiver, records: list[Record], event: Any = msk_event, size: int = BATCH) -> None:
+    for start in range(0, len(records), size):
+        archiver.handle(event(records[start : start + size]))
+
+
+def drain(archive: Any, config: TidemarkConfig, partitions: range = range(1)) -> None:
+    archive.clock.advance(minutes=31)
+    runtime = archive.runtime(config)
+    for partition in partitions:
+        runtime.writer(config.streams[0], partition).drain()
+
+
+def in_epoch(workload: Workload, epoch: int, offsets: range | None = None) -> list[ExpectedRecord]:
+    return [replace(item, epoch=epoch) for item in workload.expected if offsets is None or item.offset in offsets]
+
+
+def assert_never_overwritten_and_described(archive: Any, config: TidemarkConfig) -> None:
+    versions = archive.s3.list_object_versions(Bucket=archive.bucket).get("Versions", [])
+    keys = [version["Key"] for version in versions]
+    assert keys and len(keys) == len(set(keys)), "an object was written twice"
+    assert_objects_describe_themselves(archive, config)
+
+
+def assert_exactly(archive: Any, expected: list[ExpectedRecord]) -> None:
+    report = verify_archive(archive.s3, archive.bucket, "orders", expected)
+    assert (report.lost, report.duplicated, report.unexpected, report.misfiled, report.corrupted) == ([],) * 5
+    assert report.produced == len(expected)
+
+
+def refused_kind(archiver: Archiver, event: Any) -> str:
+    with pytest.raises(PositionResetsError) as refused:
+        archiver.handle(event)
+    assert "tidemark epoch start" in str(refused.value)
+    return refused.value.kind
+
+
+def test_a_recreated_topic_is_refused_then_archived_in_a_new_epoch(archive):
+    versioned(archive)
+    config = small_config()
+    old = make_orders(partitions=1, per_partition=200, seed=1)
+    new = make_orders(partitions=1, per_partition=120, seed=2, base_ms=BASE_MS + 5 * HOUR_MS)  # offsets 0.. again
+    archiver = Archiver(archive.runtime(config))
+    deliver_all(archiver, old.records[0], size=5)  # 40 accepts: offset 0 is older than the window's 32
+    staged = archive.runtime(config).ledger.load("orders", 0)
+
+    # The mapping finds its committed offset out of range on the new topic and starts at 0.
+    assert refused_kind(archiver, msk_event(new.records[0][:BATCH])) == BELOW_WINDOW
+    after = archive.runtime(config).ledger.load("orders", 0)
+    assert (after.staged_offset, after.epoch) == (staged.staged_offset, 0)  # nothing dropped, nothing staged
+
+    record = archive.runtime(config).writer(config.streams[0], 0).start_epoch(0, reason="topic recreated")
+    assert (record.epoch, record.first_offset, record.previous_staged_offset) == (1, 0, 199)
+    deliver_all(archiver, new.records[0])
+    drain(archive, config)
+
+    assert_exactly(archive, in_epoch(old, 0) + in_epoch(new, 1))
+    assert_never_overwritten_and_described(archive, config)
+    keys = [o["Key"] for o in archive.s3.list_objects_v2(Bucket=archive.bucket, Prefix="raw/")["Contents"]]
+    assert any("+0+e1+" in key for key in keys) and any("+0+0000" in key for key in keys)
+    assert [start.epoch for start in archive.runtime(config).ledger.epochs("orders", 0)] == [1]
+
+
+def test_a_recreated_topic_inside_the_redelivery_window_is_told_by_its_bytes(archive):
+    config = small_config()
+    old = make_orders(partitions=1, per_partition=60, seed=3)
+    new = make_orders(partitions=1, per_partition=60, seed=4, base_ms=BASE_MS + HOUR_MS)
+    archiver = Archiver(archive.runtime(config))
+    archiver.handle(msk_event(old.records[0][:30]))
+    # A true redelivery of the same records is dropped as duplicates ...
+    assert archiver.handle(msk_event(old.records[0][:30]))["orders"].duplicates == 30
+    # ... the same offsets with other bytes are not.
+    assert refused_kind(archiver, msk_event(new.records[0][:30])) == BYTES_DIFFER
+
+
+def test_a_changed_topic_is_refused_until_an_epoch_adopts_it(archive):
+    versioned(archive)
+    config = small_config()
+    old = make_orders(partitions=1, per_partition=100, seed=5)
+    deliver_all(Archiver(archive.runtime(config)), old.records[0][:90])  # 10 records never archived
+
+    data = config.model_dump(mode="json")
+    data["streams"][0]["source"]["topic"] = "orders-v2"
+    moved = parse_config(data)
+    new = make_orders(partitions=1, per_partition=80, seed=6, topic="orders-v2", base_ms=BASE_MS + 2 * HOUR_MS)
+    archiver = Archiver(archive.runtime(moved))
+    assert refused_kind(archiver, msk_event(new.records[0][:BATCH])) == SOURCE_CHANGED
+
+    archive.runtime(moved).writer(moved.streams[0], 0).start_epoch(0, reason="stream re-pointed at orders-v2")
+    deliver_all(archiver, new.records[0])
+    drain(archive, moved)
+    assert_exactly(archive, in_epoch(old, 0, range(90)) + in_epoch(new, 1))
+    assert_never_overwritten_and_described(archive, moved)
+    state = archive.runtime(moved).ledger.load("orders", 0)
+    assert state.source.endswith("/orders-v2") and state.epoch == 1
+
+
+def test_a_cluster_migration_resumes_at_the_translated_offset_without_loss_or_duplicates(archive):
+    versioned(archive)
+    config = small_config()
+    old = make_orders(partitions=1, per_partition=200, seed=7)
+    archiver = Archiver(archive.runtime(config))
+    deliver_all(archiver, old.records[0][:150])  # offsets 0..149 archived on cluster A
+
+    # MirrorMaker copied the whole partition to cluster B, at offsets shifted by 1000.
+    copies = [r._replace(offset=r.offset + 1000) for r in old.records[0]]
+    template = load_event("msk-orders")
+    on_b = EventSource(template["bootstrapServers"], "aws:kafka", CLUSTER_B)
+
+    def event_b(records: list[Record]) -> dict[str, Any]:
+        return build_event(records, on_b)
+
+    assert refused_kind(archiver, event_b(copies[:BATCH])) == SOURCE_CHANGED
+    # The operator names the first record the archive does not hold: old offset 150 -> 1150.
+    archive.runtime(config).writer(config.streams[0], 0).start_epoch(
+        1150, source="tidemark-dr/0a1b2c3d-1111-2222-3333-444455556666-2/orders", reason="migrated to tidemark-dr"
+    )
+    outcome = archiver.handle(event_b(copies[:BATCH]))["orders"]  # the mapping on B starts at its earliest offset
+    assert (outcome.staged, outcome.duplicates) == (0, BATCH)
+    deliver_all(archiver, copies, event_b)
+    # A straggler from cluster A is still refused: the epoch's source is B now.
+    assert refused_kind(archiver, msk_event(old.records[0][150:160])) == SOURCE_CHANGED
+    drain(archive, config)
+
+    moved = [replace(item, offset=item.offset + 1000, epoch=1) for item in old.expected if item.offset >= 150]
+    assert_exactly(archive, in_epoch(old, 0, range(150)) + moved)
+    assert_never_overwritten_and_described(archive, config)
+
+
+def test_other_partitions_of_a_refused_event_are_archived(archive):
+    config = small_config()
+    old = make_orders(partitions=2, per_partition=60, seed=8)
+    archiver = Archiver(archive.runtime(config))
+    archiver.handle(msk_event(old.records[0][:50] + old.records[1][:20]))
+    new = make_orders(partitions=1, per_partition=40, seed=9, base_ms=BASE_MS + HOUR_MS)
+    with pytest.raises(PositionResetsError) as refused:
+        archiver.handle(msk_event(new.records[0][:10] + old.records[1][20:40]))
+    assert [(error.partition, error.kind) for error in refused.value.refused] == [(0, BYTES_DIFFER)]
+    assert refused.value.outcomes["orders"].staged == 20
+    assert archive.runtime(config).ledger.load("orders", 1).staged_offset == 39
+
+
+# -- conditional uploads: the repair that used to overwrite ------------------------------------
+
+
+def delete_state(archive: Any) -> None:
+    archive.dynamodb.delete_item(
+        TableName=archive.table, Key={"pk": {"S": state_pk("orders", 0)}, "sk": {"S": "STATE"}}
+    )
+
+
+def test_a_deleted_state_item_never_overwrites_archived_objects(archive, caplog):
+    versioned(archive)
+    config = small_config(max_records=30)
+    old = make_orders(partitions=1, per_partition=60, seed=10)
+    new = make_orders(partitions=1, per_partition=60, seed=11, base_ms=BASE_MS)  # same hours, same offsets
+    archiver = Archiver(archive.runtime(config))
+    deliver_all(archiver, old.records[0])
+    drain(archive, config)
+    before = {o["Key"]: o["ETag"] for o in archive.s3.list_objects_v2(Bucket=archive.bucket)["Contents"]}
+
+    delete_state(archive)  # the "natural repair": it forgets every offset of the old topic
+    caplog.set_level(logging.CRITICAL, logger="tidemark")
+    fresh = Archiver(archive.runtime(config))
+    for start in range(0, 60, 30):
+        fresh.handle(msk_event(new.records[0][start : start + 30]))
+    drain(archive, config)
+
+    after = {o["Key"]: o["ETag"] for o in archive.s3.list_objects_v2(Bucket=archive.bucket)["Contents"]}
+    assert {key: after[key] for key in before} == before  # every old object untouched
+    versions = archive.s3.list_object_versions(Bucket=archive.bucket)["Versions"]
+    assert len(versions) == len({v["Key"] for v in versions})
+    state = archive.runtime(config).ledger.load("orders", 0)
+    assert state.quarantined and not state.sealed  # refused loudly, set aside; the partition flows
+    assert any("quarantined" in r.getMessage() for r in caplog.records if r.levelno == logging.CRITICAL)
+
+
+def test_the_same_records_after_a_deleted_state_item_are_recognised_not_doubled(archive):
+    versioned(archive)
+    config = small_config(max_records=30)
+    workload = make_orders(partitions=1, per_partition=60, seed=12)
+    esm = EsmModel(workload, lambda crash: archive.runtime(config, crash))
+    esm.drain(30)
+    drain(archive, config)
+    delete_state(archive)
+    esm.committed[0] = 0  # a redelivery of everything, against an empty ledger
+    esm._warm = None
+    esm.drain(30)
+    drain(archive, config)
+    assert_exactly(archive, workload.expected)
+    assert_never_overwritten_and_described(archive, config)
+    assert not archive.runtime(config).ledger.load("orders", 0).quarantined
+
+
+def test_an_object_rendered_differently_with_the_same_records_is_adopted(archive):
+    """An upgrade can change a flush's bytes (a library writing its version into the file): the
+    object already in S3 holds the same records and is adopted, not overwritten nor refused."""
+    config = small_config(max_records=30)
+    workload = make_orders(partitions=1, per_partition=30, hours=1, late_share=0, bad_share=0, seed=13)
+    esm = EsmModel(workload, lambda crash: archive.runtime(config, crash))
+    assert esm.deliver(workload.records[0])
+    with pytest.raises(SimulatedCrash):  # the first object is uploaded, never committed
+        archive.runtime(config, CrashAt(AFTER_UPLOAD)).writer(config.streams[0], 0).drain()
+    [listed] = archive.s3.list_objects_v2(Bucket=archive.bucket, Prefix="raw/")["Contents"]
+    key = listed["Key"]
+    head = archive.s3.head_object(Bucket=archive.bucket, Key=key)
+    lines = gzip.decompress(archive.s3.get_object(Bucket=archive.bucket, Key=key)["Body"].read())
+    other = gzip.compress(lines, compresslevel=1, mtime=1)  # "another version" of the renderer
+
+    metadata = {**head["Metadata"], META_SHA256: hashlib.sha256(other).hexdigest()}
+    archive.s3.put_object(Bucket=archive.bucket, Key=key, Body=other, Metadata=metadata)
+
+    drain(archive, config)
+    assert archive.s3.get_object(Bucket=archive.bucket, Key=key)["Body"].read() == other
+    assert_exactly(archive, workload.expected)
+    assert_objects_describe_themselves(archive, config)  # the ledger recorded the adopted bytes
+    offsets = [orjson.loads(line)["offset"] for line in lines.splitlines()]
+    assert offsets == sorted(offsets) and offsets

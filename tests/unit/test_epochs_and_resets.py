@@ -1,0 +1,167 @@
+"""Position epochs, reset detection and the ledger item bound: the pure parts (no I/O)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tidemark.buffers import BufferKey
+from tidemark.exceptions import InvalidTransitionError, PositionResetError
+from tidemark.ledger.dynamodb import (
+    _deserialize,
+    _serialize,
+    epoch_from_item,
+    epoch_to_item,
+    item_size,
+    object_from_item,
+    object_to_item,
+    state_from_item,
+    state_to_item,
+)
+from tidemark.ledger.model import FINGERPRINT_WINDOW, CommittedObject, OpenBuffer, PartitionState
+from tidemark.objects.keys import epoch_of_key, object_key
+from tidemark.records.model import Record
+from tidemark.resets import BELOW_WINDOW, BYTES_DIFFER, SOURCE_CHANGED, check_positions, fingerprint, source_identity
+from tidemark.staging.store import SegmentRef, SegmentStore
+from tidemark.writer.budget import upper_bound
+
+T0 = 1_763_712_000_000
+HOUR = BufferKey("raw", "2025-11-21T08")
+SOURCE = "tidemark-demo/4f3e/orders"
+
+
+def record(offset: int, value: bytes = b"{}", timestamp: int = T0) -> Record:
+    return Record("orders", 0, offset, timestamp, value, b"k")
+
+
+def seg(first: int, last: int) -> SegmentRef:
+    return SegmentStore.planned_ref(HOUR, first, last, last - first + 1, 100, T0)
+
+
+def key_of(buffer: OpenBuffer) -> str:
+    return object_key("raw", "orders", buffer.key.hour, 0, buffer.first, buffer.last, "jsonl.gz")
+
+
+def staged(*batches: tuple[int, int]) -> PartitionState:
+    """A state that accepted these (first, last) batches from SOURCE, fingerprinting as the writer does."""
+    state = PartitionState("orders", 0)
+    for first, last in batches:
+        marks = [(offset, fingerprint(record(offset))) for offset in sorted({first, last})]
+        state = state.accept([(HOUR, seg(first, last))], last, T0, source=SOURCE, fingerprints=marks)
+    return state
+
+
+# -- keys -------------------------------------------------------------------------------------
+
+
+def test_epoch_zero_keys_keep_their_form_and_later_epochs_add_one_part():
+    plain = object_key("raw", "orders", "2026-11-21T07", 3, 100, 199, "jsonl.gz")
+    later = object_key("raw", "orders", "2026-11-21T07", 3, 100, 199, "jsonl.gz", epoch=2)
+    assert plain == "raw/orders/2026/11/21/07/orders+3+00000000000000000100-00000000000000000199.jsonl.gz"
+    assert later == "raw/orders/2026/11/21/07/orders+3+e2+00000000000000000100-00000000000000000199.jsonl.gz"
+    assert (epoch_of_key(plain), epoch_of_key(later)) == (0, 2)
+
+
+# -- detection ----------------------------------------------------------------------------------
+
+
+def test_a_redelivery_inside_the_window_passes():
+    state = staged((0, 9), (10, 19), (20, 29))
+    check_positions(state, [record(offset) for offset in range(5, 35)], SOURCE)
+
+
+@pytest.mark.parametrize(
+    ("records", "source", "kind"),
+    [
+        ([record(5)], "other-cluster/uuid/orders", SOURCE_CHANGED),
+        ([record(10, b'{"other": 1}')], SOURCE, BYTES_DIFFER),  # 10 is fingerprinted
+        ([record(10, timestamp=T0 + 1)], SOURCE, BYTES_DIFFER),  # same bytes, produced again
+    ],
+)
+def test_what_no_redelivery_explains_is_refused(records, source, kind):
+    state = staged((0, 9), (10, 19), (20, 29))
+    with pytest.raises(PositionResetError) as refused:
+        check_positions(state, records, source)
+    assert refused.value.kind == kind
+
+
+def test_a_record_older_than_the_window_is_refused():
+    state = staged(*[(n * 10, n * 10 + 9) for n in range(40)])  # 40 accepts, the window keeps 32
+    assert len(state.fingerprints) == FINGERPRINT_WINDOW
+    window_start = state.fingerprints[0][0]
+    assert window_start == 80
+    check_positions(state, [record(window_start)], SOURCE)
+    with pytest.raises(PositionResetError) as refused:
+        check_positions(state, [record(window_start - 1)], SOURCE)
+    assert refused.value.kind == BELOW_WINDOW
+
+
+def test_a_state_without_fingerprints_drops_old_offsets_as_before():
+    legacy = replace(staged((0, 99)), fingerprints=(), source="")
+    check_positions(legacy, [record(0), record(50)], SOURCE)  # nothing to compare: duplicates
+
+
+def test_source_identity_names_the_msk_cluster_and_not_self_managed_brokers():
+    arn = "arn:aws:kafka:us-east-1:123456789012:cluster/tidemark-demo/4f3e2d1c-1"
+    assert source_identity({"eventSourceArn": arn}, "orders") == "tidemark-demo/4f3e2d1c-1/orders"
+    assert source_identity({"bootstrapServers": "a:9092,b:9092"}, "orders") == "/orders"
+
+
+# -- transitions and items ---------------------------------------------------------------------
+
+
+def test_start_epoch_seals_open_buffers_under_the_old_keys_and_resets_the_window():
+    state = staged((0, 9), (10, 19))
+    started, record_ = state.start_epoch(5, "", "topic recreated", key_of, T0 + 1)
+    assert (started.epoch, started.staged_offset, started.fingerprints, started.buffers) == (1, 4, (), {})
+    [flush] = started.sealed.values()
+    assert (flush.reason, flush.object_key) == ("epoch", key_of(state.buffers["raw/2025-11-21T08"]))
+    assert started.version == state.version + 1
+    assert (record_.epoch, record_.first_offset, record_.previous_staged_offset, record_.previous_source) == (
+        1,
+        5,
+        19,
+        SOURCE,
+    )
+    with pytest.raises(InvalidTransitionError):
+        state.start_epoch(-1, "", "", key_of, T0)
+
+
+def test_accept_refuses_another_source_and_adopts_one_when_it_has_none():
+    state = staged((0, 9))
+    with pytest.raises(InvalidTransitionError):
+        state.accept([(HOUR, seg(10, 10))], 10, T0, source="else/orders")
+    fresh = replace(state, source="")
+    assert fresh.accept([(HOUR, seg(10, 10))], 10, T0, source="else/orders").source == "else/orders"
+
+
+def test_epoch_state_objects_and_starts_survive_the_item_mapping():
+    state = staged((0, 9), (10, 19))
+    started, start = state.start_epoch(3, "b/orders", "migrated", key_of, T0)
+    assert state_from_item(_deserialize(_serialize(state_to_item(started)))) == started
+    assert epoch_from_item(_deserialize(_serialize(epoch_to_item("orders", 0, start)))) == start
+    committed = CommittedObject("orders", 0, "raw", "2025-11-21T08", "k", 3, 9, 7, 10, "a" * 64, T0, 1, "c" * 64)
+    item = object_to_item(committed)
+    assert item["sk"] == "OBJ#raw#00000#e0001#00000000000000000003"
+    assert object_from_item(item) == committed
+    assert object_to_item(replace(committed, epoch=0))["sk"] == "OBJ#raw#00000#00000000000000000003"
+
+
+@settings(max_examples=40, deadline=None)
+@given(hours=st.integers(1, 300), segments=st.integers(1, 4), seed=st.integers(0, 1000))
+def test_the_cheap_bound_never_underestimates_the_item(hours, segments, seed):
+    rng = random.Random(seed)
+    state, offset = PartitionState("orders", 0), 0
+    for hour in range(hours):
+        key = BufferKey(rng.choice(["raw", "errors"]), f"2025-{1 + hour % 12:02d}-{1 + hour % 28:02d}T{hour % 24:02d}")
+        for _ in range(segments):
+            last = offset + rng.randint(0, 10**6)
+            state = state.accept([(key, SegmentStore.planned_ref(key, offset, last, 3, 999, T0))], last, T0)
+            offset = last + 1
+    sealed = state.seal(dict.fromkeys(list(state.buffers)[: hours // 2 or 1], "max_age"), key_of, T0)
+    for candidate in (state, sealed):
+        assert upper_bound(candidate) >= item_size(state_to_item(candidate))
