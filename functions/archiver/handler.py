@@ -7,6 +7,7 @@ staged; returning lets the ESM commit the batch's offsets (invariant 6).
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
@@ -64,9 +65,9 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         # The other partitions' work is done and counted; the refused ones alarm (PositionResets).
         for stream, outcome in refused.outcomes.items():
             emit_metrics(stream, outcome)
-        for error in refused.refused:
-            metrics.add_dimension(name="stream", value=error.stream)
-            metrics.add_metric(name="PositionResets", unit=MetricUnit.Count, value=1)
+        for stream, count in sorted(Counter(error.stream for error in refused.refused).items()):
+            metrics.add_dimension(name="stream", value=stream)
+            metrics.add_metric(name="PositionResets", unit=MetricUnit.Count, value=count)  # refused partitions
             metrics.flush_metrics()
         raise
     for stream, outcome in outcomes.items():

@@ -11,6 +11,7 @@ import pytest
 
 from tests.conftest import EXAMPLE_CONFIG, REPO
 from tests.support.events import load_event
+from tidemark.archiver import PositionResetsError
 from tidemark.exceptions import ConfigError, MalformedEventError, UnknownTopicError
 
 HANDLER = REPO / "functions" / "archiver" / "handler.py"
@@ -135,3 +136,15 @@ def test_missing_environment_fails_cold_start(archive, monkeypatch):
     env = {k: v for k, v in archive.env().items() if k != "TIDEMARK_BUCKET"}
     with pytest.raises(ConfigError, match="TIDEMARK_BUCKET"):
         load_handler(monkeypatch, {**env, "TIDEMARK_CONFIG": str(EXAMPLE_CONFIG)})
+
+
+def test_a_position_reset_fails_the_invocation_and_is_counted(handler, archive, capsys):
+    event = load_event("msk-orders")
+    handler.lambda_handler(event, context())
+    moved = json.loads(json.dumps(event))  # the same partition, now from another cluster
+    moved["eventSourceArn"] = moved["eventSourceArn"].replace("tidemark-demo", "tidemark-dr")
+    capsys.readouterr()
+    with pytest.raises(PositionResetsError, match="tidemark epoch start"):
+        handler.lambda_handler(moved, context())
+    resets = [doc for doc in emf_documents(capsys.readouterr().out) if "PositionResets" in doc]
+    assert [(doc["stream"], doc["PositionResets"]) for doc in resets] == [("orders", [2.0])]  # partitions 0 and 1

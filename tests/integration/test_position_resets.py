@@ -21,7 +21,7 @@ from tests.support.harness import EsmModel, assert_objects_describe_themselves, 
 from tests.support.workload import BASE_MS, HOUR_MS, Workload, make_orders
 from tidemark.archiver import Archiver, PositionResetsError
 from tidemark.config import TidemarkConfig, parse_config
-from tidemark.faults import AFTER_UPLOAD, CrashAt, SimulatedCrash
+from tidemark.faults import AFTER_UPLOAD, ALL_CRASH_POINTS, CrashAt, SimulatedCrash
 from tidemark.ledger.dynamodb import state_pk
 from tidemark.objects.writer import META_SHA256
 from tidemark.records.esm import EventSource, build_event
@@ -255,3 +255,26 @@ def test_an_object_rendered_differently_with_the_same_records_is_adopted(archive
     assert_objects_describe_themselves(archive, config)  # the ledger recorded the adopted bytes
     offsets = [orjson.loads(line)["offset"] for line in lines.splitlines()]
     assert offsets == sorted(offsets) and offsets
+
+
+@pytest.mark.parametrize("point", ALL_CRASH_POINTS)
+def test_a_crash_in_a_new_epoch_is_recovered(archive, point):
+    """The fault-injection suite's crash points, in epoch 1 right after the reset, with the old
+    epoch's sealed buffers still waiting to be uploaded under their old keys."""
+    versioned(archive)
+    config = small_config(max_records=12)
+    old = make_orders(partitions=1, per_partition=50, seed=14)
+    new = make_orders(partitions=1, per_partition=80, seed=15, base_ms=BASE_MS + HOUR_MS)
+    deliver_all(Archiver(archive.runtime(config)), old.records[0])  # some buffers still OPEN
+    archive.runtime(config).writer(config.streams[0], 0).start_epoch(0, reason="topic recreated")
+    esm = EsmModel(new, lambda crash: archive.runtime(config, crash))
+    injector = CrashAt(point)
+    while esm.pending(0) and not injector.fired:
+        esm.deliver(esm.batch(0, 10), injector)
+    assert injector.fired and esm.crashes == 1, f"crash point {point} was never reached"
+    esm.drain(BATCH)
+    archive.clock.advance(minutes=31)
+    archive.runtime(config).writer(config.streams[0], 0).maintain()
+    assert_exactly(archive, in_epoch(old, 0) + in_epoch(new, 1))
+    assert_never_overwritten_and_described(archive, config)
+    assert not list(archive.staging_root.rglob("*.seg"))

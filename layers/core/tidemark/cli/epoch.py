@@ -18,6 +18,7 @@ import typer
 
 from tidemark.cli.errors import one_line_errors
 from tidemark.config.loader import load_config
+from tidemark.exceptions import ConfigError
 from tidemark.runtime import ENV_LEDGER_TABLE, Runtime
 
 app = typer.Typer(
@@ -87,10 +88,10 @@ def start(
     """
     with one_line_errors():
         runtime = _runtime(config, ledger_table, endpoint_url)
-        stream_config = runtime.config.stream(stream) if stream in {s.name for s in runtime.config.streams} else None
-        if stream_config is None:
-            known = ", ".join(s.name for s in runtime.config.streams)
-            raise typer.BadParameter(f"no stream {stream!r} in {config} (streams: {known})", param_hint="--stream")
+        names = [candidate.name for candidate in runtime.config.streams]
+        if stream not in names:
+            raise ConfigError(f"--stream {stream!r}: not in {config} (streams: {', '.join(names)})")
+        stream_config = runtime.config.stream(stream)
         started = []
         for partition in partitions:
             record = runtime.writer(stream_config, partition).start_epoch(from_offset, source=source, reason=reason)

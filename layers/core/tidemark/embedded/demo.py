@@ -287,11 +287,12 @@ class Demo:
             cold = ChildInvoker(handler, env, workdir / "crashed-containers.log")
             invoker = chaos.invoker(warm, cold) if options.chaos else warm
             self.ui.step("archiving through the local event source mapping" + (" with chaos" if options.chaos else ""))
-            mapping = self._archive(stream, bootstrap, expected, invoker, chaos)
+            delivery = self._archive(stream, bootstrap, expected, invoker, chaos).stats
             epochs = None
             if options.recreate_topic:
-                recreated, mapping, operator = self._recreate(stream, bootstrap, orders[len(first) :], invoker, chaos)
+                recreated, again, operator = self._recreate(stream, bootstrap, orders[len(first) :], invoker, chaos)
                 expected += recreated
+                delivery = delivery.plus(again.stats)
                 epochs = {"refused_invocations": operator.refused, "started": operator.epochs}
             mark = self._lap("archive", mark)
 
@@ -334,7 +335,7 @@ class Demo:
                 bootstrap_servers=bootstrap,
                 endpoint=aws.endpoint,
                 verification=report,
-                mapping=mapping.stats,
+                mapping=delivery,
                 chaos=chaos.log if options.chaos else None,
                 epochs=epochs,
                 late_produced=sum(order.late for order in orders),

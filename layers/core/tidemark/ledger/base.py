@@ -26,7 +26,6 @@ class Ledger(ABC):
         when another writer got there first.
         """
         self._check_successor(new, previous)
-        self._check_size(new)
         self._put_state(new, expected_version=previous.version)
         return new
 
@@ -34,7 +33,6 @@ class Ledger(ABC):
         """Write the state of a new epoch and its audit record together (conditional on the
         version, like every state write; the record must not exist yet)."""
         self._check_successor(new, previous)
-        self._check_size(new)
         self._put_state_and_epoch(new, previous.version, record)
         return new
 
@@ -46,8 +44,10 @@ class Ledger(ABC):
         """Bytes the state takes as one stored item, as the store counts them."""
         return self._state_item_size(state)
 
-    def _check_size(self, state: PartitionState) -> None:
-        size = self._state_item_size(state)
+    @staticmethod
+    def check_item_size(state: PartitionState, size: int) -> None:
+        """Backends call this with the size of the item they are about to send: nothing larger
+        than DynamoDB's limit is sent, so the failure is ours, named, and before any write."""
         if size > MAX_ITEM_BYTES:
             raise LedgerItemTooLargeError(
                 f"{state.stream}/{state.partition}: state item of {size} bytes exceeds {MAX_ITEM_BYTES}"
@@ -60,7 +60,6 @@ class Ledger(ABC):
         was already recorded while its flush was still sealed.
         """
         self._check_successor(new, previous)
-        self._check_size(new)
         self._put_state_and_object(new, previous.version, committed)
         return new
 
@@ -117,7 +116,8 @@ class Ledger(ABC):
     def _get_state(self, stream: str, partition: int) -> PartitionState | None: ...
 
     @abstractmethod
-    def _put_state(self, state: PartitionState, expected_version: int) -> None: ...
+    def _put_state(self, state: PartitionState, expected_version: int) -> None:
+        """Conditional put of the state item; calls ``check_item_size`` first."""
 
     @abstractmethod
     def _put_state_and_object(

@@ -326,6 +326,13 @@ def mark_from_item(item: dict[str, Any]) -> HourMark:
     )
 
 
+def _state_item(state: PartitionState) -> dict[str, Any]:
+    """The wire item of a state, refused before sending if it is over DynamoDB's limit."""
+    item = state_to_item(state)
+    Ledger.check_item_size(state, item_size(item))
+    return _serialize(item)
+
+
 def _version_condition(expected_version: int) -> tuple[str, dict[str, Any]]:
     if expected_version == 0:
         return "attribute_not_exists(pk)", {}
@@ -358,7 +365,7 @@ class DynamoDBLedger(Ledger):
         condition, values = _version_condition(expected_version)
         request: dict[str, Any] = {
             "TableName": self.table_name,
-            "Item": _serialize(state_to_item(state)),
+            "Item": _state_item(state),
             "ConditionExpression": condition,
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         }
@@ -381,7 +388,7 @@ class DynamoDBLedger(Ledger):
         condition, values = _version_condition(expected_version)
         state_put: dict[str, Any] = {
             "TableName": self.table_name,
-            "Item": _serialize(state_to_item(state)),
+            "Item": _state_item(state),
             "ConditionExpression": condition,
         }
         if values:
@@ -442,7 +449,7 @@ class DynamoDBLedger(Ledger):
         condition, values = _version_condition(expected_version)
         state_put: dict[str, Any] = {
             "TableName": self.table_name,
-            "Item": _serialize(state_to_item(state)),
+            "Item": _state_item(state),
             "ConditionExpression": condition,
         }
         if values:

@@ -99,6 +99,20 @@ class MappingStats:
     max_batch: int = 0
     errors: list[str] = field(default_factory=list)  # distinct function errors seen
 
+    def plus(self, other: MappingStats) -> MappingStats:
+        """Both mappings' deliveries (the demo runs a second one after recreating its topic)."""
+        return MappingStats(
+            batches=self.batches + other.batches,
+            records=self.records + other.records,
+            invocations=self.invocations + other.invocations,
+            failed_invocations=self.failed_invocations + other.failed_invocations,
+            crashed_invocations=self.crashed_invocations + other.crashed_invocations,
+            rebalances=self.rebalances + other.rebalances,
+            lost_commits=self.lost_commits + other.lost_commits,
+            max_batch=max(self.max_batch, other.max_batch),
+            errors=[*self.errors, *(error for error in other.errors if error not in self.errors)],
+        )
+
 
 def record_of(message: Message) -> Record:
     """A consumed message as the common record (what the ESM would base64-encode)."""
