@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from tidemark.buffers import BufferKey
 from tidemark.exceptions import InvalidTransitionError, PositionResetError
 from tidemark.ledger.dynamodb import (
+    DynamoDBLedger,
     _deserialize,
     _serialize,
     epoch_from_item,
@@ -27,7 +28,7 @@ from tidemark.objects.keys import epoch_of_key, object_key
 from tidemark.records.model import Record
 from tidemark.resets import BELOW_WINDOW, BYTES_DIFFER, SOURCE_CHANGED, check_positions, fingerprint, source_identity
 from tidemark.staging.store import SegmentRef, SegmentStore
-from tidemark.writer.budget import upper_bound
+from tidemark.writer.budget import ItemBudget, upper_bound
 
 T0 = 1_763_712_000_000
 HOUR = BufferKey("raw", "2025-11-21T08")
@@ -165,3 +166,42 @@ def test_the_cheap_bound_never_underestimates_the_item(hours, segments, seed):
     sealed = state.seal(dict.fromkeys(list(state.buffers)[: hours // 2 or 1], "max_age"), key_of, T0)
     for candidate in (state, sealed):
         assert upper_bound(candidate) >= item_size(state_to_item(candidate))
+
+
+class _SizingLedger(DynamoDBLedger):
+    """Only ``item_size`` is used here: no client, no I/O."""
+
+    def __init__(self) -> None:
+        pass
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    existing=st.integers(0, 60),
+    new_hours=st.integers(1, 60),
+    budget_kib=st.integers(4, 64),
+    seed=st.integers(0, 1000),
+)
+def test_an_accept_the_cheap_check_lets_through_always_fits_sealed(existing, new_hours, budget_kib, seed):
+    rng = random.Random(seed)
+    budget = ItemBudget(_SizingLedger(), budget_kib * 1024)
+    spec = "jsonl|gzip|6|orders|text|json|text"
+    state, offset = PartitionState("orders", 0), 0
+
+    def key(hour: int) -> BufferKey:
+        return BufferKey(rng.choice(["raw", "errors"]), f"2025-01-{1 + hour // 24:02d}T{hour % 24:02d}")
+
+    for hour in range(existing):
+        last = offset + rng.randint(0, 10**9)
+        state = state.accept([(key(hour), SegmentStore.planned_ref(key(hour), offset, last, 1, 9, T0))], last, T0, spec)
+        offset = last + 1
+    planned = []
+    for hour in range(existing, existing + new_hours):
+        last = offset + rng.randint(0, 10**9)
+        planned.append((key(hour), SegmentStore.planned_ref(key(hour), offset, last, 1, 9, T0)))
+        offset = last + 1
+    opened = len({str(k) for k, _ref in planned} - set(state.buffers))
+    if budget.cheap_fits(state, segments=len(planned), new_buffers=opened, spec=spec, key_bound=120):
+        accepted = state.accept(planned, offset - 1, T0, spec, fingerprints=[(1, 2**32 - 1), (offset, 2**32 - 1)])
+        sealed = accepted.seal(dict.fromkeys(accepted.buffers, "max_age"), lambda b: f"{b.first:0120d}", T0)
+        assert item_size(state_to_item(sealed)) <= budget.budget

@@ -44,10 +44,32 @@ def upper_bound(state: PartitionState) -> int:
     return int(body * 1.01) + 64 + _ITEM_OVERHEAD + len(state.stream) * 2 + len(state.source)
 
 
+_SEGMENT_NAME = 96  # errors_<hour>_<first>-<last>_<created>_<nonce>.seg is 93 characters
+
+
 class ItemBudget:
     def __init__(self, ledger: Ledger, budget_bytes: int) -> None:
         self._ledger = ledger
         self.budget = budget_bytes
+        self._bound: tuple[PartitionState, int] | None = None  # the last state's upper bound
+
+    def _upper_bound(self, state: PartitionState) -> int:
+        if self._bound is None or self._bound[0] is not state:
+            self._bound = (state, upper_bound(state))
+        return self._bound[1]
+
+    def cheap_fits(self, state: PartitionState, *, segments: int, new_buffers: int, spec: str, key_bound: int) -> bool:
+        """Without building anything: would ``state`` plus an accept of ``segments`` new segment
+        references (``new_buffers`` of them opening buffers), with every OPEN buffer then sealed,
+        surely fit? ``False`` means: measure it (``fits_sealed``)."""
+        grown = (
+            self._upper_bound(state)
+            + segments * (_SEGMENT_NAME + _SEGMENT_OVERHEAD)
+            + new_buffers * (_BUFFER_OVERHEAD + len(spec) + 32)
+            + (len(state.buffers) + new_buffers) * (key_bound + _SEAL_OVERHEAD)
+            + 2 * _FINGERPRINT
+        )
+        return int(grown * 1.01) + 64 <= self.budget
 
     def fits(self, state: PartitionState) -> bool:
         return upper_bound(state) <= self.budget or self._ledger.item_size(state) <= self.budget

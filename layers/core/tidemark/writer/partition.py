@@ -248,8 +248,7 @@ class PartitionWriter:
             state = stored
             check_positions(state, records, source)
         epoch = state.epoch
-        routed = self._route_new(records, state.staged_offset)
-        by_offset: dict[int, Record] | None = None
+        routed, sources = self._route_new(records, state.staged_offset)
         conflicts_left = self.stream.archive.max_accept_attempts
         while True:
             fresh = [pair for pair in routed if pair[0] > state.staged_offset]
@@ -272,13 +271,12 @@ class PartitionWriter:
             chunk = self._chunk(fresh, state, now, source)
             if len(chunk) < len(fresh):
                 outcome.chunks += 1
-            if by_offset is None:
-                by_offset = {record.offset: record for record in records}
+            start = len(routed) - len(fresh)  # fresh is a suffix of routed (offsets ascending)
             written = self._write_segments(chunk, now)
             # A record dated in the future (a producer's clock, a bad field) must not pin the
             # partition's watermark ahead of time: it counts as at most slightly ahead of now.
             latest_event = min(max(item.event_ms for _offset, item in chunk), now + MAX_EVENT_LEAD_MS)
-            marks = {chunk[0][0], chunk[-1][0]}
+            ends = {start, start + len(chunk) - 1}  # the chunk's first and last record are fingerprinted
             accepted = state.accept(
                 written,
                 chunk[-1][0],
@@ -286,7 +284,7 @@ class PartitionWriter:
                 self.stream.spec,
                 latest_event,
                 source=source,
-                fingerprints=[(offset, fingerprint(by_offset[offset])) for offset in sorted(marks)],
+                fingerprints=[(sources[i].offset, fingerprint(sources[i])) for i in sorted(ends)],
             )
             try:
                 state = self._remember(self._ledger.save(accepted, state))
@@ -328,14 +326,21 @@ class PartitionWriter:
         ledger item budget. Raises ``LedgerFullError`` if not even one record fits (the sealed
         flushes waiting for S3 fill the item)."""
         limit = self.stream.policy.max_open_buffers
-        end, opened = len(fresh), set[str]()
+        end, opened, seen = len(fresh), set[str](), set[int]()
         for index, (_offset, item) in enumerate(fresh):
+            if id(item.buffer) in seen:  # the router hands out one key object per buffer: cheap
+                continue
+            seen.add(id(item.buffer))
             name = str(item.buffer)
             if name not in state.buffers and name not in opened:
                 if len(opened) == limit:
                     end = index
                     break
                 opened.add(name)
+        if end == len(fresh) and self._budget.cheap_fits(
+            state, segments=len(seen), new_buffers=len(opened), spec=self.stream.spec, key_bound=self._key_bound
+        ):
+            return fresh  # the common case: nothing near the budget, nothing built to measure
         while end > 0:
             if self._fits(fresh[:end], state, now, source):
                 return fresh[:end]
@@ -374,8 +379,11 @@ class PartitionWriter:
         ours -- and deleting those segments would lose the batch."""
         return not {ref.name for _key, ref in written}.isdisjoint(winner.referenced_segments())
 
-    def _route_new(self, records: Sequence[Record], staged_offset: int) -> list[tuple[int, Routed]]:
-        """Route each offset above ``staged_offset`` once, in offset order (dedupe on entry)."""
+    def _route_new(
+        self, records: Sequence[Record], staged_offset: int
+    ) -> tuple[list[tuple[int, Routed]], list[Record]]:
+        """Route each offset above ``staged_offset`` once, in offset order (dedupe on entry);
+        and the records those routes came from, index for index."""
         offsets = [record.offset for record in records]
         if not all(a < b for a, b in pairwise(offsets)):  # ascending, no repeats: the ESM's norm
             unique: dict[int, Record] = {}
@@ -383,7 +391,8 @@ class PartitionWriter:
                 unique.setdefault(record.offset, record)
             records = sorted(unique.values(), key=lambda record: record.offset)
         route = self.stream.router.route
-        return [(record.offset, route(record)) for record in records if record.offset > staged_offset]
+        sources = [record for record in records if record.offset > staged_offset]
+        return [(record.offset, route(record)) for record in sources], sources
 
     def _write_segments(self, fresh: list[tuple[int, Routed]], now: int) -> list[tuple[BufferKey, SegmentRef]]:
         """One immutable, fsync'd segment per buffer the records belong to."""
