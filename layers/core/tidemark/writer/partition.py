@@ -428,6 +428,13 @@ class PartitionWriter:
             if not due:
                 return state
             sealed = self._seal_within_budget(state, due, now)
+            if sealed is None:
+                logger.warning(
+                    "no buffer can be sealed within the ledger item budget; they stay open until flushes go through",
+                    extra={**self._log, "sealed_waiting": len(state.sealed), "due": len(due)},
+                )
+                return state
+            due = {name: reason for name, reason in due.items() if name not in sealed.buffers}  # what was sealed
             try:
                 state = self._remember(self._ledger.save(sealed, state))
             except LedgerConflictError as conflict:
@@ -440,25 +447,35 @@ class PartitionWriter:
         logger.warning("could not seal after repeated conflicts; next run retries", extra=self._log)
         return state
 
-    def _seal_within_budget(self, state: PartitionState, due: dict[str, str], now: int) -> PartitionState:
-        """Seal ``due``, or as many of them as the ledger item budget allows (oldest first); an
-        accept always leaves room to seal everything, so this only trims for older states."""
+    def _seal_within_budget(self, state: PartitionState, due: dict[str, str], now: int) -> PartitionState | None:
+        """Seal ``due``, or as many of them as the ledger item budget allows (oldest first), or
+        ``None`` if not even one fits. An accept leaves room to seal everything (with a margin),
+        so trimming is for states written before the budget existed, or a backlog of flushes
+        waiting out an S3 outage."""
         epoch = state.epoch
         keys = sorted(due, key=lambda name: (state.buffers[name].appended_ms, state.buffers[name].seq))
-        while True:
+        while keys:
             chosen = {name: due[name] for name in keys}
             sealed = state.seal(chosen, lambda buffer: self.stream.object_key(self.partition, buffer, epoch), now)
-            if len(keys) == 1 or self._budget.fits(sealed):
+            if self._budget.fits(sealed):
                 return sealed
             keys = keys[: len(keys) // 2]
+        return None
 
     # -- flush --------------------------------------------------------------------------------
 
     def flush(self, state: PartitionState, outcome: BatchOutcome, *, resumed: bool = False) -> PartitionState:
-        """Upload and commit every SEALED flush in ``state``; failures leave it sealed for later."""
+        """Upload and commit every SEALED flush in ``state``; failures leave it sealed for later.
+
+        After a storage failure the rest wait for a later run: each would wait out the same
+        outage through every retry, and the invocation's time is better spent staging."""
+        deferred = 0
         for flush_id in sorted(state.sealed):
             flush = state.sealed.get(flush_id)
             if flush is None:
+                continue
+            if outcome.flush_errors:  # this run already met a storage failure
+                deferred += 1
                 continue
             try:
                 state = self._flush_one(flush, state, outcome, resumed)
@@ -478,6 +495,10 @@ class PartitionWriter:
                     "flush failed; it stays sealed and is resumed later",
                     extra={**self._log, "flush": flush_id, "error": str(exc)},
                 )
+        if deferred:
+            logger.warning(
+                "flushes deferred to a later run after a storage failure", extra={**self._log, "deferred": deferred}
+            )
         return state
 
     def _quarantine(
