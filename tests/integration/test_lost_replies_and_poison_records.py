@@ -3,12 +3,18 @@ times or headers could make routing itself fail, and an accepted segment that di
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
 import boto3
+import orjson
 import pytest
+from botocore.awsrequest import AWSPreparedRequest
 from botocore.config import Config
 from botocore.exceptions import ReadTimeoutError
 from botocore.httpsession import URLLib3Session
 
+from tests.conftest import Archive
 from tests.support.events import msk_event
 from tests.support.harness import (
     EsmModel,
@@ -120,3 +126,52 @@ def test_missing_accepted_segment_is_quarantined_and_the_partition_flows_on(arch
     later = [item for item in workload.expected if item.offset >= 20]
     report = verify_archive(archive.s3, archive.bucket, "orders", later)
     assert (report.produced, report.lost, report.duplicated, report.unexpected) == (20, [], [], [])
+
+
+def test_quarantine_whose_reply_was_lost_is_still_counted_and_reported(
+    archive: Archive, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The quarantine write lands but its reply is lost; botocore retries the identical put, which
+    fails against our own result. The writer must still count the flush as quarantined and log
+    it at CRITICAL: an operator has to replay its offsets before Kafka's retention expires."""
+    config = small_config(max_records=1000)
+    records = [Record("orders", 0, offset, 1_795_248_000_000, GOOD, b"k") for offset in range(20)]  # one hour
+    client = boto3.client(
+        "dynamodb", endpoint_url=archive.endpoint, config=Config(retries={"mode": "standard", "max_attempts": 8})
+    )
+    archive.dynamodb = client
+    runtime = archive.runtime(config)
+    assert Archiver(runtime).handle(msk_event(records))["orders"].staged == 20
+    assert len(runtime.ledger.load("orders", 0).buffers) == 1
+    for segment in archive.staging_root.rglob("raw_*.seg"):
+        segment.unlink()
+    lost: list[bytes] = []
+    http = URLLib3Session()
+
+    def lose_the_quarantine_reply(request: AWSPreparedRequest, **_kwargs: Any) -> None:
+        body = request.body if isinstance(request.body, bytes) else b"{}"
+        item = orjson.loads(body).get("Item", {})
+        if not lost and item.get("quarantined_flushes", {}).get("N", "0") != "0":
+            lost.append(body)
+            http.send(request)  # the server applies the quarantine ...
+            raise ReadTimeoutError(endpoint_url=request.url)  # ... and the reply is lost
+
+    client.meta.events.register("before-send.dynamodb.PutItem", lose_the_quarantine_reply)
+    archive.clock.advance(minutes=16)
+    before = runtime.ledger.load("orders", 0)
+    with caplog.at_level(logging.CRITICAL, logger="tidemark"):
+        outcome = runtime.writer(config.streams[0], 0).maintain()
+    assert len(lost) == 1  # the quarantine was the write whose reply was lost ...
+    assert outcome.conflicts == 1  # ... and the retried put failed against it
+    state = runtime.ledger.load("orders", 0)
+    assert outcome.quarantined == 1 == len(state.quarantined)
+    assert not state.sealed and not state.buffers
+    assert state.version == before.version + 2  # the seal, then one quarantine: the retry changed nothing
+    ((flush_id, held),) = state.quarantined.items()
+    assert "accepted segment is missing" in held.error
+    assert held.flush.buffer.records == 20
+    reports = [
+        r for r in caplog.records if r.levelno == logging.CRITICAL and r.getMessage().startswith("flush quarantined")
+    ]
+    assert [getattr(r, "flush", None) for r in reports] == [flush_id]
+    assert outcome.flushes == []

@@ -118,9 +118,12 @@ class SegmentStore:
 
     @staticmethod
     def planned_ref(buffer: BufferKey, first: int, last: int, records: int, size: int, created_ms: int) -> SegmentRef:
-        """The reference ``write`` would return for such a segment (its name as long as the real
-        one): what the writer sizes a ledger accept with before writing anything."""
-        return SegmentRef(segment_name(buffer, first, last, created_ms, "0" * 12), records, size, first, last)
+        """The reference ``write`` would return for such a segment, down to a random nonce (the
+        ledger item is compressed: a name of zeros would compress better than the real one):
+        what the writer sizes a ledger accept with before writing anything."""
+        return SegmentRef(
+            segment_name(buffer, first, last, created_ms, secrets.token_hex(6)), records, size, first, last
+        )
 
     def read(self, stream: str, partition: int, ref: SegmentRef) -> list[Frame]:
         """Read an accepted segment and prove it holds exactly what the ledger says."""

@@ -15,6 +15,7 @@ The sweeper runs ``maintain`` (recover + rotate + flush) through exactly the sam
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import Iterator, Sequence
 from itertools import pairwise
 from typing import BinaryIO
@@ -60,6 +61,7 @@ from tidemark.writer.stream import StreamContext
 logger = logging.getLogger(__name__)
 
 FORMAT_CHANGED = "format_changed"
+LEDGER_BUDGET = "ledger_budget"  # sealed to make room in the partition's ledger item
 DRAIN = "drain"  # an operator (or the demo's last step) asked for every open buffer to be written now
 
 # A warm container lists the staging directory (a network round trip on EFS) at most this often
@@ -269,6 +271,9 @@ class PartitionWriter:
                 continue
             now = self._clock.now_ms()
             chunk = self._chunk(fresh, state, now, source)
+            if not chunk:  # the item is full: seal and flush the oldest buffers, then try again
+                state = self._make_room(state, outcome)
+                continue
             if len(chunk) < len(fresh):
                 outcome.chunks += 1
             start = len(routed) - len(fresh)  # fresh is a suffix of routed (offsets ascending)
@@ -323,8 +328,7 @@ class PartitionWriter:
     ) -> list[tuple[int, Routed]]:
         """The longest prefix of ``fresh`` to accept now: it opens at most ``max_open_buffers``
         new buffers, and the accepted state -- with every OPEN buffer sealed, too -- fits the
-        ledger item budget. Raises ``LedgerFullError`` if not even one record fits (the sealed
-        flushes waiting for S3 fill the item)."""
+        ledger item budget. Empty if not even one record fits."""
         limit = self.stream.policy.max_open_buffers
         end, opened, seen = len(fresh), set[str](), set[int]()
         for index, (_offset, item) in enumerate(fresh):
@@ -345,11 +349,23 @@ class PartitionWriter:
             if self._fits(fresh[:end], state, now, source):
                 return fresh[:end]
             end //= 2
-        raise LedgerFullError(
-            f"{self.stream.name}/{self.partition}: no record fits in the ledger item "
-            f"({len(state.sealed)} sealed flushes waiting, {len(state.buffers)} open buffers, "
-            f"budget {self._budget.budget} bytes); the batch is retried once flushes go through"
-        )
+        return []
+
+    def _make_room(self, state: PartitionState, outcome: BatchOutcome) -> PartitionState:
+        """Not one more record fits the ledger item: seal the least recently appended half of the
+        OPEN buffers (rotation reason ``ledger_budget``) and flush. Raises ``LedgerFullError`` when
+        that frees nothing -- sealed flushes waiting out an S3 outage fill the item -- so the batch
+        fails and is redelivered once uploads go through (back-pressure, never loss)."""
+        before = (len(state.buffers), len(state.sealed))
+        if not outcome.flush_errors:
+            state = self.flush(self.rotate(state, outcome, make_room=True), outcome)
+        if outcome.flush_errors or (len(state.buffers), len(state.sealed)) == before:
+            raise LedgerFullError(
+                f"{self.stream.name}/{self.partition}: no record fits in the ledger item "
+                f"({len(state.sealed)} sealed flushes waiting, {len(state.buffers)} open buffers, "
+                f"budget {self._budget.budget} bytes); the batch is retried once flushes go through"
+            )
+        return state
 
     def _fits(self, chunk: list[tuple[int, Routed]], state: PartitionState, now: int, source: str) -> bool:
         groups: dict[BufferKey, list[tuple[int, Routed]]] = {}
@@ -364,9 +380,9 @@ class PartitionWriter:
             )
             for key, items in groups.items()
         ]
-        accepted = state.accept(
-            planned, chunk[-1][0], now, self.stream.spec, source=source, fingerprints=((0, 0), (0, 0))
-        )
+        # Fingerprints are CRC-32s: random-looking numbers compress like the real ones.
+        marks = [(chunk[0][0], secrets.randbits(32)), (chunk[-1][0], secrets.randbits(32))]
+        accepted = state.accept(planned, chunk[-1][0], now, self.stream.spec, source=source, fingerprints=marks)
         return self._budget.fits_sealed(
             accepted, lambda buffer: self.stream.object_key(self.partition, buffer, state.epoch), self._key_bound
         )
@@ -410,21 +426,28 @@ class PartitionWriter:
 
     # -- rotate -------------------------------------------------------------------------------
 
-    def _due(self, state: PartitionState, now: int, drain: bool) -> dict[str, str]:
-        """The flush policy's rules, plus: a buffer staged under another format is sealed."""
+    def _due(self, state: PartitionState, now: int, drain: bool, make_room: bool = False) -> dict[str, str]:
+        """The flush policy's rules, plus: a buffer staged under another format is sealed; and,
+        to make room in the ledger item, the least recently appended half of the rest."""
         if drain:
             return dict.fromkeys(state.buffers, DRAIN)
         due = self.stream.policy.due(state.buffers, now)
         for key, buffer in state.buffers.items():
             if buffer.spec != self.stream.spec:
                 due.setdefault(key, FORMAT_CHANGED)
+        if make_room:
+            rest = sorted((b.appended_ms, b.seq, key) for key, b in state.buffers.items() if key not in due)
+            for _appended, _seq, key in rest[: max(1, len(rest) // 2)]:
+                due[key] = LEDGER_BUDGET
         return due
 
-    def rotate(self, state: PartitionState, outcome: BatchOutcome, *, drain: bool = False) -> PartitionState:
+    def rotate(
+        self, state: PartitionState, outcome: BatchOutcome, *, drain: bool = False, make_room: bool = False
+    ) -> PartitionState:
         """Seal every OPEN buffer a rotation rule fires for (invariant 4: seal before upload)."""
         for _attempt in range(self.stream.archive.max_accept_attempts):
             now = self._clock.now_ms()
-            due = self._due(state, now, drain)
+            due = self._due(state, now, drain, make_room)
             if not due:
                 return state
             sealed = self._seal_within_budget(state, due, now)
