@@ -54,10 +54,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import types
-import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -71,7 +69,6 @@ import yaml
 from boto3.dynamodb.types import Binary, TypeDeserializer
 
 from tidemark.config import parse_config
-from tidemark.embedded.children import die_with_parent
 from tidemark.embedded.invoke import InvokeOptions
 from tidemark.embedded.moto_server import moto_server, serve
 from tidemark.ledger.dynamodb import STATE_SK, item_size
@@ -193,39 +190,13 @@ def patch_moto(stats: StateStats | None = None) -> None:
 
 
 @contextlib.contextmanager
-def patched_moto_server(stats: Path, startup_timeout: float = 60.0) -> Iterator[str]:
-    """Like ``tidemark.embedded.moto_server.moto_server``, with ``patch_moto`` applied; the STATE
-    item statistics are in the file ``stats`` once the server has stopped."""
-    process = subprocess.Popen(
-        [sys.executable, str(Path(__file__).resolve()), "--serve-moto"],
-        env={**os.environ, STATS_ENV: str(stats)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        preexec_fn=die_with_parent(),
-    )
-    try:
-        assert process.stdout is not None
-        endpoint = process.stdout.readline().strip()
-        if not endpoint.startswith("http://"):
-            raise RuntimeError(f"patched moto server failed to start (exit code {process.wait()})")
-        threading.Thread(target=process.stdout.read, daemon=True).start()
-        deadline = time.monotonic() + startup_timeout
-        while True:
-            try:
-                with urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1):
-                    break
-            except OSError:
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise RuntimeError(f"patched moto server at {endpoint} did not answer") from None
+def patched_moto_server(stats: Path) -> Iterator[str]:
+    """``tidemark.embedded.moto_server.moto_server`` running this script's ``--serve-moto`` (the
+    same server with ``patch_moto`` applied); the STATE item statistics are in the file ``stats``
+    once the server has stopped."""
+    command = [sys.executable, str(Path(__file__).resolve()), "--serve-moto"]
+    with moto_server(command=command, env={STATS_ENV: str(stats)}) as endpoint:
         yield endpoint
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 # -- scenario --------------------------------------------------------------------------------
@@ -416,6 +387,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--keep", action="store_true", help="keep the work directory (events, staging, logs)")
     parser.add_argument("--moto", choices=("patched", "plain"), default="patched", help="see the module docstring")
     parser.add_argument("--serve-moto", action="store_true", help=argparse.SUPPRESS)  # the server child
+    parser.add_argument("--host", default="127.0.0.1", help=argparse.SUPPRESS)  # (its moto_server arguments)
+    parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if not 1 <= args.records <= BATCH_SIZE:
         parser.error(f"--records must be 1..{BATCH_SIZE}")
@@ -428,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
         stats = StateStats(Path(os.environ[STATS_ENV]))
         patch_moto(stats)
         try:
-            serve("127.0.0.1", 0)
+            serve(args.host, args.port)
         finally:
             stats.save()
         return 0

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from types import ModuleType, SimpleNamespace
 
 import pytest
 
 from tests.conftest import EXAMPLE_CONFIG, REPO
 from tests.support.events import load_event
+from tests.support.handlers import emf_documents, lambda_context
+from tests.support.handlers import load_handler as load_support_handler
 from tidemark.archiver import PositionResetsError
 from tidemark.exceptions import ConfigError, MalformedEventError, UnknownTopicError
 
@@ -18,32 +18,11 @@ HANDLER = REPO / "functions" / "archiver" / "handler.py"
 
 
 def load_handler(monkeypatch, env: dict[str, str]) -> ModuleType:
-    """Import the handler module afresh, as a Lambda cold start does, with ``env`` set."""
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    spec = importlib.util.spec_from_file_location("archiver_handler_under_test", HANDLER)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.pop(spec.name, None)
-    spec.loader.exec_module(module)
-    return module
+    return load_support_handler(monkeypatch, HANDLER, env)
 
 
 def context() -> SimpleNamespace:
-    return SimpleNamespace(
-        function_name="tidemark-archiver-orders",
-        memory_limit_in_mb=1024,
-        invoked_function_arn="arn:aws:lambda:us-east-1:123456789012:function:tidemark-archiver-orders",
-        aws_request_id="4f1c2d3e-0000-4000-8000-000000000001",
-    )
-
-
-def emf_documents(output: str) -> list[dict]:
-    docs = []
-    for line in output.splitlines():
-        if line.startswith("{") and '"_aws"' in line:
-            docs.append(json.loads(line))
-    return docs
+    return lambda_context("tidemark-archiver-orders")
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from tests.support.events import msk_event
-from tests.support.harness import small_config, staged_files
+from tests.support.harness import damage_first_segment, small_config, staged_files
 from tests.support.workload import BASE_MS, HOUR_MS, batches, make_orders
 from tidemark.archiver import Archiver
 from tidemark.buffers import BufferKey
@@ -223,11 +223,7 @@ def test_a_quarantined_flush_keeps_its_hour_incomplete(archive):
     runtime = archive.runtime(config)
     orders = make_orders(partitions=2, per_partition=12, hours=1, late_share=0.0, bad_share=0.0)
     Archiver(runtime).handle(msk_event(orders.all_records()))  # below max_records: stays OPEN
-    buffer = runtime.ledger.load("orders", 0).buffers["raw/2026-11-21T08"]
-    segment = archive.staging_root / "orders" / "p0" / buffer.segments[0].name
-    data = bytearray(segment.read_bytes())
-    data[-3] ^= 0xFF  # storage damage: the frame's checksum no longer matches
-    segment.write_bytes(bytes(data))
+    damage_first_segment(archive, runtime)
     archive.clock.advance(minutes=16)
     sweep_partition(runtime, "orders", 0)  # max age: sealed, then quarantined instead of uploaded
     sweep_partition(runtime, "orders", 1)  # partition 1's part of the hour is committed

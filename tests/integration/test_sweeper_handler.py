@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-import json
-import sys
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
@@ -12,36 +9,16 @@ import pytest
 
 from tests.conftest import EXAMPLE_CONFIG, REPO, Archive
 from tests.support.events import msk_event
-from tests.support.harness import small_config
+from tests.support.handlers import emf_documents, lambda_context, load_handler
+from tests.support.harness import damage_first_segment, small_config
 from tests.support.workload import make_orders
 from tidemark.archiver import Archiver
 
 HANDLER = REPO / "functions" / "sweeper" / "handler.py"
 
 
-def load_handler(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> ModuleType:
-    """Import the handler module afresh, as a Lambda cold start does, with ``env`` set."""
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    spec = importlib.util.spec_from_file_location("sweeper_handler_under_test", HANDLER)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.pop(spec.name, None)
-    spec.loader.exec_module(module)
-    return module
-
-
 def context() -> SimpleNamespace:
-    return SimpleNamespace(
-        function_name="tidemark-sweeper-sweep-partition",
-        memory_limit_in_mb=1024,
-        invoked_function_arn="arn:aws:lambda:us-east-1:123456789012:function:tidemark-sweeper-sweep-partition",
-        aws_request_id="4f1c2d3e-0000-4000-8000-000000000002",
-    )
-
-
-def emf_documents(output: str) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in output.splitlines() if line.startswith("{") and '"_aws"' in line]
+    return lambda_context("tidemark-sweeper-sweep-partition", request=2)
 
 
 def metric_names(document: dict[str, Any]) -> set[str]:
@@ -50,7 +27,7 @@ def metric_names(document: dict[str, Any]) -> set[str]:
 
 @pytest.fixture
 def handler(archive: Archive, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    module = load_handler(monkeypatch, {**archive.env(), "TIDEMARK_CONFIG": str(EXAMPLE_CONFIG)})
+    module = load_handler(monkeypatch, HANDLER, {**archive.env(), "TIDEMARK_CONFIG": str(EXAMPLE_CONFIG)})
     # The cold start's runtime reads the wall clock; this one reads the test's, so max age can pass.
     monkeypatch.setattr(module, "RUNTIME", archive.runtime(small_config(max_records=25)))
     return module
@@ -62,11 +39,7 @@ def test_a_quarantined_flush_is_measured_for_the_quarantines_alarm(
     runtime = handler.RUNTIME
     orders = make_orders(partitions=1, per_partition=12, hours=1, late_share=0.0, bad_share=0.0)
     Archiver(runtime).handle(msk_event(orders.all_records()))  # below max_records: stays OPEN
-    buffer = runtime.ledger.load("orders", 0).buffers["raw/2026-11-21T08"]
-    segment = archive.staging_root / "orders" / "p0" / buffer.segments[0].name
-    data = bytearray(segment.read_bytes())
-    data[-3] ^= 0xFF  # storage damage: the frame's checksum no longer matches
-    segment.write_bytes(bytes(data))
+    damage_first_segment(archive, runtime)
     archive.clock.advance(minutes=16)
     capsys.readouterr()
 

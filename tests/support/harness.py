@@ -136,6 +136,16 @@ def assert_objects_describe_themselves(archive, config) -> None:
     assert sorted(committed) == sorted(keys)
 
 
+def damage_first_segment(archive: Any, runtime: Runtime, partition: int = 0, hour: str = "2026-11-21T08") -> None:
+    """Storage damage: flip a byte of the first segment of an OPEN buffer, so its frame's
+    checksum no longer matches (the flush that reads it must quarantine, never upload)."""
+    buffer = runtime.ledger.load("orders", partition).buffers[f"raw/{hour}"]
+    segment = archive.staging_root / "orders" / f"p{partition}" / buffer.segments[0].name
+    data = bytearray(segment.read_bytes())
+    data[-3] ^= 0xFF
+    segment.write_bytes(bytes(data))
+
+
 def staged_files(archive: Any) -> set[str]:
     """Names of every segment file left in the staging directory."""
     return {path.name for path in archive.staging_root.rglob("*.seg")}

@@ -60,14 +60,12 @@ def fingerprint(record: Record) -> int:
 def check_positions(state: PartitionState, records: Sequence[Record], source: str) -> None:
     """Raise ``PositionResetError`` unless every record at or below the staged offset is a
     plausible redelivery from ``source``."""
-    where = f"{state.stream}/{state.partition} (epoch {state.epoch})"
     if source and state.source and source != state.source:
-        raise PositionResetError(
-            f"{where}: records from {source!r}, but the epoch's source is {state.source!r}",
-            stream=state.stream,
-            partition=state.partition,
-            kind=SOURCE_CHANGED,
-            offset=records[0].offset if records else -1,
+        raise _refused(
+            state,
+            SOURCE_CHANGED,
+            records[0].offset if records else -1,
+            f"records from {source!r}, but the epoch's source is {state.source!r}",
         )
     staged = state.staged_offset
     if not state.fingerprints or not records or min(records[0].offset, records[-1].offset) > staged:
@@ -79,21 +77,28 @@ def check_positions(state: PartitionState, records: Sequence[Record], source: st
         if offset > staged:
             continue
         if offset < window_start:
-            raise PositionResetError(
-                f"{where}: offset {offset} is below the redelivery window {window_start}..{staged}: "
-                "the log was recreated, truncated or re-pointed, or the consumer group was rewound",
-                stream=state.stream,
-                partition=state.partition,
-                kind=BELOW_WINDOW,
-                offset=offset,
+            raise _refused(
+                state,
+                BELOW_WINDOW,
+                offset,
+                f"offset {offset} is below the redelivery window {window_start}..{staged}: the log was "
+                "recreated, truncated or re-pointed, or the consumer group was rewound",
             )
         expected = known.get(offset)
         if expected is not None and expected != fingerprint(record):
-            raise PositionResetError(
-                f"{where}: the record at offset {offset} is not the one archived there: the log was "
-                "recreated or truncated",
-                stream=state.stream,
-                partition=state.partition,
-                kind=BYTES_DIFFER,
-                offset=offset,
+            raise _refused(
+                state,
+                BYTES_DIFFER,
+                offset,
+                f"the record at offset {offset} is not the one archived there: the log was recreated or truncated",
             )
+
+
+def _refused(state: PartitionState, kind: str, offset: int, why: str) -> PositionResetError:
+    return PositionResetError(
+        f"{state.stream}/{state.partition} (epoch {state.epoch}): {why}",
+        stream=state.stream,
+        partition=state.partition,
+        kind=kind,
+        offset=offset,
+    )

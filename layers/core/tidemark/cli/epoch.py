@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
 
@@ -95,17 +96,7 @@ def start(
         started = []
         for partition in partitions:
             record = runtime.writer(stream_config, partition).start_epoch(from_offset, source=source, reason=reason)
-            started.append(
-                {
-                    "stream": stream,
-                    "partition": partition,
-                    "epoch": record.epoch,
-                    "first_offset": record.first_offset,
-                    "previous_staged_offset": record.previous_staged_offset,
-                    "previous_source": record.previous_source,
-                    "source": record.source,
-                }
-            )
+            started.append({"stream": stream, "partition": partition} | asdict(record))
     if as_json:
         print(json.dumps(started, indent=2))
         return
@@ -138,18 +129,7 @@ def list_epochs(
                     "epoch": state.epoch,
                     "source": state.source,
                     "staged_offset": state.staged_offset,
-                    "starts": [
-                        {
-                            "epoch": start.epoch,
-                            "first_offset": start.first_offset,
-                            "previous_staged_offset": start.previous_staged_offset,
-                            "previous_source": start.previous_source,
-                            "source": start.source,
-                            "reason": start.reason,
-                            "started_ms": start.started_ms,
-                        }
-                        for start in runtime.ledger.epochs(stream, partition)
-                    ],
+                    "starts": [asdict(start) for start in runtime.ledger.epochs(stream, partition)],
                 }
             )
     if as_json:

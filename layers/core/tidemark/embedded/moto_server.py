@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -105,13 +105,18 @@ def moto_server(
     *,
     lambda_proxy: str | None = None,
     execute_state_machines: bool = False,
+    command: Sequence[str] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> Iterator[str]:
     """Start the server in a child process (on a free port by default), yield its endpoint,
-    always stop it."""
+    always stop it. ``command`` replaces this module's entry point (a benchmark's instrumented
+    server); it gets the same arguments and must print the endpoint first, as ``serve`` does."""
     extra = ["--lambda-proxy", lambda_proxy] if lambda_proxy else []
     extra += ["--execute-state-machines"] if execute_state_machines else []
+    entry = list(command) if command else [sys.executable, "-m", "tidemark.embedded.moto_server"]
     process = subprocess.Popen(
-        [sys.executable, "-m", "tidemark.embedded.moto_server", "--host", host, "--port", str(port), *extra],
+        [*entry, "--host", host, "--port", str(port), *extra],
+        env=None if env is None else {**os.environ, **env},
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,

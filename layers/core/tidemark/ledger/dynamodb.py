@@ -19,6 +19,7 @@ from __future__ import annotations
 import random
 import time
 import zlib
+from dataclasses import asdict, fields
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -210,31 +211,12 @@ def epoch_sk(epoch: int) -> str:
 
 
 def epoch_to_item(stream: str, partition: int, record: EpochStart) -> dict[str, Any]:
-    return {
-        "pk": state_pk(stream, partition),
-        "sk": epoch_sk(record.epoch),
-        "stream": stream,
-        "partition": partition,
-        "epoch": record.epoch,
-        "first_offset": record.first_offset,
-        "previous_staged_offset": record.previous_staged_offset,
-        "previous_source": record.previous_source,
-        "source": record.source,
-        "reason": record.reason,
-        "started_ms": record.started_ms,
-    }
+    key = {"pk": state_pk(stream, partition), "sk": epoch_sk(record.epoch), "stream": stream, "partition": partition}
+    return key | asdict(record)
 
 
 def epoch_from_item(item: dict[str, Any]) -> EpochStart:
-    return EpochStart(
-        epoch=int(item["epoch"]),
-        first_offset=int(item["first_offset"]),
-        previous_staged_offset=int(item["previous_staged_offset"]),
-        previous_source=item["previous_source"],
-        source=item["source"],
-        reason=item["reason"],
-        started_ms=int(item["started_ms"]),
-    )
+    return EpochStart(**{field.name: item[field.name] for field in fields(EpochStart)})
 
 
 def object_to_item(committed: CommittedObject) -> dict[str, Any]:
@@ -384,15 +366,20 @@ class DynamoDBLedger(Ledger):
                 current,
             ) from None
 
-    def _put_state_and_object(self, state: PartitionState, expected_version: int, committed: CommittedObject) -> None:
+    def _conditional_state_put(self, state: PartitionState, expected_version: int) -> dict[str, Any]:
+        """The transaction entry that writes ``state`` if the stored version is still the expected one."""
         condition, values = _version_condition(expected_version)
-        state_put: dict[str, Any] = {
+        put: dict[str, Any] = {
             "TableName": self.table_name,
             "Item": _state_item(state),
             "ConditionExpression": condition,
         }
         if values:
-            state_put["ExpressionAttributeValues"] = values
+            put["ExpressionAttributeValues"] = values
+        return put
+
+    def _put_state_and_object(self, state: PartitionState, expected_version: int, committed: CommittedObject) -> None:
+        state_put = self._conditional_state_put(state, expected_version)
         items: list[Any] = [
             {"Put": state_put},
             {
@@ -446,14 +433,7 @@ class DynamoDBLedger(Ledger):
         return item_size(state_to_item(state))
 
     def _put_state_and_epoch(self, state: PartitionState, expected_version: int, record: EpochStart) -> None:
-        condition, values = _version_condition(expected_version)
-        state_put: dict[str, Any] = {
-            "TableName": self.table_name,
-            "Item": _state_item(state),
-            "ConditionExpression": condition,
-        }
-        if values:
-            state_put["ExpressionAttributeValues"] = values
+        state_put = self._conditional_state_put(state, expected_version)
         try:
             items: list[Any] = [
                 {"Put": state_put},
