@@ -8,6 +8,7 @@ simulated crash). It can also rewind (a rebalance redelivering already committed
 from __future__ import annotations
 
 import gzip
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -110,7 +111,8 @@ class EsmModel:
 
 def assert_objects_describe_themselves(archive, config) -> None:
     """Every object holds exactly the offset range its key names and the count its metadata
-    says, and the ledger recorded exactly these objects with these digests."""
+    says, and the ledger recorded exactly these objects with these digests -- the SHA-256 of the
+    bytes in the bucket, not only of what the metadata claims."""
     s3, bucket = archive.s3, archive.bucket
     keys = [  # archive objects only (manifests live under their own prefix)
         o["Key"]
@@ -123,7 +125,8 @@ def assert_objects_describe_themselves(archive, config) -> None:
     committed = {}
     for key in keys:
         obj = s3.get_object(Bucket=bucket, Key=key)
-        lines = gzip.decompress(obj["Body"].read()).splitlines()
+        body = obj["Body"].read()
+        lines = gzip.decompress(body).splitlines()
         offsets = [orjson.loads(line)["offset"] for line in lines]
         first, last = (int(part) for part in key.rsplit("+", 1)[1].split(".", 1)[0].split("-"))
         assert (offsets[0], offsets[-1]) == (first, last), key
@@ -132,7 +135,8 @@ def assert_objects_describe_themselves(archive, config) -> None:
         hour = "{}-{}-{}T{}".format(*key.split("/")[2:6])
         for item in runtime.ledger.committed_objects("orders", hour):
             committed[item.key] = item
-        assert committed[key].sha256 == obj["Metadata"][META_SHA256], key
+        assert committed[key].sha256 == obj["Metadata"][META_SHA256] == hashlib.sha256(body).hexdigest(), key
+        assert (committed[key].records, committed[key].size) == (len(offsets), len(body)), key
     assert sorted(committed) == sorted(keys)
 
 
