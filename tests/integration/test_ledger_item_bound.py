@@ -26,7 +26,7 @@ from tests.support.workload import HOUR_MS, Workload, utc_hour
 from tidemark.archiver import Archiver
 from tidemark.config import TidemarkConfig, parse_config
 from tidemark.exceptions import LedgerFullError
-from tidemark.faults import AFTER_ACCEPT, CrashAt
+from tidemark.faults import AFTER_ACCEPT, ALL_CRASH_POINTS, CrashAt
 from tidemark.ledger.dynamodb import STATE_SK, item_size
 from tidemark.records.model import Record
 from tidemark.verify import ExpectedRecord
@@ -211,3 +211,21 @@ def test_ledger_cost_is_proportional_to_the_work_not_to_the_width_of_the_batch(
     assert wide_cost < 2.5 * 1024
     assert wide_largest <= narrow_largest * 1.5
     assert wide_cost <= narrow_cost * 1.5
+
+
+@pytest.mark.parametrize("point", ALL_CRASH_POINTS)
+def test_a_crash_at_any_point_between_chunks_is_recovered(archive: Archive, point: str) -> None:
+    """The fault-injection suite over the chunked accept: 40 hours, at most 4 new buffers per
+    chunk, so every crash point falls between chunks (the 2nd time it is hit), with rotations and
+    flushes of the earlier chunks around it. The redelivery stages the rest, exactly once."""
+    config = wide_config("4KiB", max_open_buffers=4)
+    workload = wide_workload(40)
+    sizes = StateItemSizes(archive.dynamodb)
+    esm = EsmModel(workload, lambda crash: archive.runtime(config, crash))
+    injector = CrashAt(point, 2)
+    assert not esm.deliver(workload.records[0], injector)
+    assert injector.fired and esm.crashes == 1
+    finish(archive, config, esm)
+    assert_exactly_once(archive, config, esm)
+    assert staged_files(archive) == set()
+    assert sizes.largest <= SMALL_BUDGET

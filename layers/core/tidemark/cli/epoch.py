@@ -44,12 +44,13 @@ def _runtime(config: Path, table: str, endpoint_url: str | None) -> Runtime:
     client = boto3.client("dynamodb", endpoint_url=endpoint_url) if endpoint_url else None
     s3 = boto3.client("s3", endpoint_url=endpoint_url) if endpoint_url else None
     # The epoch transition reads and writes the ledger only: sealed flushes are uploaded by the
-    # next archiver run or sweep, which have the staging mount.
+    # next archiver run or sweep, which have the staging mount. Nothing is written under the
+    # staging root given here (the store only remembers the path).
     return Runtime.build(
         load_config(config),
         bucket="unused-by-epoch-commands",
         table=table,
-        staging_root=tempfile.mkdtemp(prefix="tidemark-epoch-"),
+        staging_root=tempfile.gettempdir(),
         dynamodb_client=client,
         s3_client=s3,
     )

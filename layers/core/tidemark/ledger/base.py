@@ -63,11 +63,6 @@ class Ledger(ABC):
         self._put_state_and_object(new, previous.version, committed)
         return new
 
-    def commit_state_only(self, new: PartitionState, previous: PartitionState) -> PartitionState:
-        """Drop a SEALED flush whose identical object item is already recorded (a STATE item that
-        was restored or recreated behind the ledger's back): the object is not recorded twice."""
-        return self.save(new, previous)
-
     def committed_objects(self, stream: str, hour: str) -> list[CommittedObject]:
         """Objects committed for one event hour of a stream (raw and dead-letter)."""
         return self._query_objects(stream, hour)

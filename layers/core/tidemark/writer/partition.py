@@ -590,7 +590,7 @@ class PartitionWriter:
                 f"{committed.first}.. of this partition ({recorded.key if recorded else 'unreadable'})"
             )
         logger.warning("object was already recorded; flush dropped without a second record", extra=self._log)
-        return self._remember(self._ledger.commit_state_only(state.commit(flush.flush_id, now), state))
+        return self._remember(self._ledger.save(state.commit(flush.flush_id, now), state))  # no second object item
 
     def _frames(self, segments: Sequence[SegmentRef]) -> Iterator[Frame]:
         for segment in segments:  # one segment in memory at a time
