@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required, found " + sys.version' 
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,cdk,demo,spark]'
+	$(PY) -m pip install --quiet -e '.[dev,cdk,demo,spark,formats]'
 	@rm -f $(VENV)/.installed-* && touch $@
 
 # PySpark needs a JVM (Spark 3.5: Java 8, 11 or 17).

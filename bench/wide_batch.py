@@ -11,8 +11,13 @@ Scenario
     most ``max_open_buffers`` new buffers, flushing between them, so the partition's ledger item
     never outgrows its budget.
 
+    With ``--spread values`` every record is in ONE event hour but of its own tenant
+    (``"tenant": "t-<offset>"``, ``partition_by: [_value.tenant]``, Hive style): the same
+    bound, reached through partition values instead of hours. ``--format`` picks the format.
+
 Baseline
-    The same number of records through the same command, all in ONE event hour (one object).
+    The same number of records through the same command, all in ONE event hour and of one
+    tenant (one object).
     ``ratio = wide elapsed / baseline elapsed`` is what the width costs.
 
 Measured
@@ -46,7 +51,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
-import gzip
 import json
 import os
 import random
@@ -68,12 +72,19 @@ import orjson
 import yaml
 from boto3.dynamodb.types import Binary, TypeDeserializer
 
-from tidemark.config import parse_config
+from tidemark.clock import SystemClock
+from tidemark.config import load_config, parse_config
+from tidemark.config.model import ArchiveSettings
 from tidemark.embedded.invoke import InvokeOptions
 from tidemark.embedded.moto_server import moto_server, serve
+from tidemark.eventtime import hour_path
+from tidemark.formats import RenderSpec, format_of
 from tidemark.ledger.dynamodb import STATE_SK, item_size
+from tidemark.objects.keys import folders_of_key, hour_of_key, positions_of_key
 from tidemark.records.esm import EventSource, build_event
 from tidemark.records.model import Record
+from tidemark.verify import spec_of_key
+from tidemark.writer.stream import StreamContext
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG_PATH = ROOT / "config" / "tidemark.yaml"
@@ -212,7 +223,12 @@ def hour_folder(created_s: int) -> str:
     return datetime.fromtimestamp(created_s, UTC).strftime("%Y/%m/%d/%H")
 
 
-def order(offset: int, created_s: int) -> Record:
+def tenant(offset: int, spread: str) -> str:
+    """The order's tenant: its own with ``--spread values``, one for all otherwise."""
+    return f"t-{offset:05d}" if spread == "values" else "t-one"
+
+
+def order(offset: int, created_s: int, spread: str) -> Record:
     value = orjson.dumps(
         {
             "order_id": f"o-{offset}",
@@ -221,6 +237,7 @@ def order(offset: int, created_s: int) -> Record:
             "price": 12.5,
             "quantity": 1 + offset % 3,
             "created_at": created_s,
+            "tenant": tenant(offset, spread),
         }
     )
     return Record(TOPIC, 0, offset, PRODUCED_MS, value, f"o-{offset}".encode())
@@ -235,30 +252,37 @@ def one_hour_times(count: int) -> list[int]:
     return [ONE_HOUR_S + offset % 3600 for offset in range(count)]
 
 
-def write_event(times: list[int], path: Path) -> None:
+def write_event(times: list[int], path: Path, spread: str) -> None:
     template = json.loads(ENVELOPE_PATH.read_text(encoding="utf-8"))
     source = EventSource(
         bootstrap_servers=template["bootstrapServers"],
         event_source=template["eventSource"],
         event_source_arn=template.get("eventSourceArn"),
     )
-    event = build_event((order(offset, created) for offset, created in enumerate(times)), source)
+    event = build_event((order(offset, created, spread) for offset, created in enumerate(times)), source)
     path.write_bytes(orjson.dumps(event))
 
 
-def write_config(path: Path, budget: str | None) -> int:
-    """The example config with a 10k batch size (and optionally another item budget); returns
-    the budget in bytes."""
+def write_config(path: Path, budget: str | None, fmt: str, spread: str) -> int:
+    """The example config with a 10k batch size, the format, partitioned by tenant with
+    ``--spread values`` (and optionally another item budget); returns the budget in bytes."""
     data: dict[str, Any] = yaml.safe_load(CONFIG_PATH.read_text(encoding="utf-8"))
     data["streams"][0]["source"]["batch_size"] = BATCH_SIZE
+    data["streams"][0]["format"] = {"type": fmt}
+    if spread == "values":
+        data["streams"][0]["partition_by"] = {"fields": ["_value.tenant"], "style": "keys_and_values"}
     if budget is not None:
         data["archive"]["ledger_item_budget"] = budget
     path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     return int(parse_config(data).archive.ledger_item_budget)
 
 
-def read_back(s3: Any, times: list[int]) -> dict[str, Any]:
-    """Every record of every object, checked against what was sent."""
+def read_back(s3: Any, times: list[int], config: Path, spread: str) -> dict[str, Any]:
+    """Every record of every object (read with its format's reader), checked against what was
+    sent: its hour folder, and with ``--spread values`` its tenant's folder."""
+    stream = load_config(config).streams[0]
+    spec = RenderSpec.decode(StreamContext.build(stream, ArchiveSettings(), SystemClock()).spec)
+    errors = RenderSpec.decode(StreamContext.build(stream, ArchiveSettings(), SystemClock()).errors_spec)
     keys = [
         item["Key"]
         for prefix in ("raw/", "errors/")
@@ -267,12 +291,18 @@ def read_back(s3: Any, times: list[int]) -> dict[str, Any]:
     ]
 
     def records_of(key: str) -> list[tuple[int, int, str, bool]]:
-        body = gzip.decompress(s3.get_object(Bucket=BUCKET, Key=key)["Body"].read())
-        folder, dead = "/".join(key.split("/")[2:6]), key.startswith("errors/")
-        return [
-            (envelope["partition"], envelope["offset"], folder, dead)
-            for envelope in map(orjson.loads, body.splitlines())
-        ]
+        body = s3.get_object(Bucket=BUCKET, Key=key)["Body"].read()
+        dead = key.startswith("errors/")
+        folder = hour_path(hour_of_key(key))
+        object_spec = spec_of_key(key, errors if dead else spec)
+        partition = positions_of_key(key)[0]
+        found = []
+        for envelope in format_of(object_spec).read(body, object_spec.context(partition, key)):
+            offset = envelope.offset if envelope.offset is not None else -1
+            tenant_folder = f"tenant={tenant(offset, spread)}" if spread == "values" else ""
+            placed = folder if folders_of_key(key) == tenant_folder else f"{folder} under {folders_of_key(key)}"
+            found.append((envelope.partition if envelope.partition is not None else partition, offset, placed, dead))
+        return found
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         found = [record for records in pool.map(records_of, keys) for record in records]
@@ -305,9 +335,11 @@ def state_items(dynamodb: Any) -> list[dict[str, Any]]:
     return [item for item in items if item["sk"] == STATE_SK]
 
 
-def run(label: str, times: list[int], workdir: Path, config: Path, timeout_s: float, moto: str) -> dict[str, Any]:
+def run(
+    label: str, times: list[int], workdir: Path, config: Path, timeout_s: float, moto: str, spread: str
+) -> dict[str, Any]:
     event_path = workdir / f"{label}-event.json"
-    write_event(times, event_path)
+    write_event(times, event_path, spread)
     log(f"{label}: {len(times)} records, {len({t // 3600 for t in times})} event hours, event {event_path}")
     stats_path = workdir / f"{label}-state-items.json"
     with patched_moto_server(stats_path) if moto == "patched" else moto_server() as endpoint:
@@ -343,7 +375,7 @@ def run(label: str, times: list[int], workdir: Path, config: Path, timeout_s: fl
         )
         s3 = session.client("s3", endpoint_url=endpoint)
         dynamodb = session.client("dynamodb", endpoint_url=endpoint)
-        found = read_back(s3, times)
+        found = read_back(s3, times, config, spread)
         states = state_items(dynamodb)
     stats = json.loads(stats_path.read_text(encoding="utf-8")) if stats_path.exists() else {}
     summary = response.get("streams", {}).get("orders", response) if isinstance(response, dict) else response
@@ -386,6 +418,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=3000.0, help="seconds allowed per CLI run")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (events, staging, logs)")
     parser.add_argument("--moto", choices=("patched", "plain"), default="patched", help="see the module docstring")
+    parser.add_argument(
+        "--spread",
+        choices=("hours", "values"),
+        default="hours",
+        help="hours: every record in another event hour; values: one hour, every record of another tenant "
+        "(partition_by _value.tenant)",
+    )
+    parser.add_argument("--format", default="jsonl", help="the stream's format.type (default jsonl)")
     parser.add_argument("--serve-moto", action="store_true", help=argparse.SUPPRESS)  # the server child
     parser.add_argument("--host", default="127.0.0.1", help=argparse.SUPPRESS)  # (its moto_server arguments)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
@@ -408,11 +448,14 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="tidemark-wide-"))
     try:
         config = workdir / "tidemark.yaml"
-        budget = write_config(config, args.ledger_item_budget)
-        times = wide_times(args.records, args.seed)
-        wide = reported("wide", lambda: run("wide", times, workdir, config, args.timeout, args.moto))
+        budget = write_config(config, args.ledger_item_budget, args.format, args.spread)
+        times = wide_times(args.records, args.seed) if args.spread == "hours" else one_hour_times(args.records)
+        wide = reported("wide", lambda: run("wide", times, workdir, config, args.timeout, args.moto, args.spread))
+        one = workdir / "one-value.yaml"
+        write_config(one, args.ledger_item_budget, args.format, "hours")
         baseline = reported(
-            "baseline", lambda: run("baseline", one_hour_times(args.records), workdir, config, args.timeout, args.moto)
+            "baseline",
+            lambda: run("baseline", one_hour_times(args.records), workdir, one, args.timeout, args.moto, "one"),
         )
     finally:
         if args.keep:
@@ -423,7 +466,10 @@ def main(argv: list[str] | None = None) -> int:
         "records": args.records,
         "seed": args.seed,
         "moto": args.moto,
+        "spread": args.spread,
+        "format": args.format,
         "distinct_event_hours": len({created // 3600 for created in times}),
+        "distinct_partition_values": args.records if args.spread == "values" else 1,
         "elapsed_s": wide["elapsed_s"],
         "objects": wide["objects"],
         "records_found": wide["records_found"],

@@ -3,6 +3,13 @@
     spark-submit jobs/aggregate.py --stream orders                  # the hours the ledger marks dirty
     spark-submit jobs/aggregate.py --stream orders --hours 2026-11-21T00 2026-11-21T23   # a backfill range
     spark-submit jobs/aggregate.py --stream orders --config s3://bucket/key.json       # as deployed
+    spark-submit jobs/aggregate.py --stream orders --archive-root s3://bucket   # Spark's own readers
+
+Objects are fetched with boto3 and read with Arrow by default (every format, no Hadoop S3
+connector needed). ``--archive-root`` names where Spark itself can read the archive (on EMR
+``s3://<bucket>``, served by EMRFS; locally ``file:///dir``): Parquet, JSON Lines and CSV are
+then read with ``spark.read.parquet/json/csv`` from there, the other formats (Avro, zstd, bytes)
+still with Arrow, from the same root.
 
 Settings come from the same environment as the Lambdas (``TIDEMARK_CONFIG[_JSON]``,
 ``TIDEMARK_BUCKET``, ``TIDEMARK_LEDGER_TABLE``) plus ``TIDEMARK_AGGREGATES_TABLE``; ``--config``
@@ -22,6 +29,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from jobs.aggregation.job import run_aggregation
+from jobs.aggregation.reader import ObjectStore
 from jobs.aggregation.sink import AggregateSink
 from tidemark.config import TidemarkConfig, load_config, parse_config
 from tidemark.config.loader import load_config_from_env
@@ -70,7 +78,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--hours", nargs=2, metavar=("FIRST", "LAST"), help="explicit hour range (backfill)")
     parser.add_argument("--tasks", type=int, default=8, help="read tasks (objects are spread over them)")
     parser.add_argument("--config", help="s3://bucket/key or a path (default: TIDEMARK_CONFIG[_JSON])")
+    parser.add_argument(
+        "--archive-root",
+        metavar="URI",
+        help="read Parquet, JSON Lines and CSV with Spark's readers from here: s3://<bucket> (EMR) or file:///dir",
+    )
     args = parser.parse_args(argv)
+    if args.archive_root is not None:
+        try:
+            ObjectStore(args.archive_root)
+        except ValueError as exc:
+            parser.error(f"--archive-root: {exc}")
     config = load_job_config(args.config)
     try:
         stream = config.stream(args.stream)
@@ -89,6 +107,7 @@ def main(argv: list[str] | None = None) -> None:
             sink=AggregateSink(aggregates),
             hours=hour_range(*args.hours) if args.hours else None,
             tasks=args.tasks,
+            archive_root=args.archive_root,
         )
     finally:
         spark.stop()

@@ -7,6 +7,10 @@ lets streams be sized and throttled apart. The mapping commits a batch's offsets
 function returned (invariant 6); a failing batch is retried until it succeeds unless the stream
 sets ``archiver.retry_attempts``, and then its records go to the on-failure destination, the
 bucket's ``aws/lambda/`` prefix, so nothing is lost.
+
+Every function runs on the core layer; the function of a stream whose objects need Parquet, Avro,
+CSV or zstd (``needs_format_layer``) also on the formats layer, and only that one: the formats
+layer is large (Lambda's 250 MB unzipped limit) and its imports lengthen a cold start.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from constructs import Construct
 
 from stacks.functions import Placement, TidemarkFunction, spool_mb
 from stacks.grants import ArchiveAccess, grant_ledger, stream_prefixes
+from stacks.layer import needs_format_layer
 from stacks.source import SourceConstruct, consumer_group_id
 from tidemark.config import StreamConfig, TidemarkConfig
 from tidemark.exceptions import ConfigError
@@ -53,7 +58,10 @@ class PrefixScopedS3OnFailure:
 
 
 class ArchiverConstruct(Construct):
-    """The archiver function and event source mapping of every stream (``functions[name]``)."""
+    """The archiver function and event source mapping of every stream (``functions[name]``).
+
+    ``layer`` is the core layer; ``formats_layer`` the formats layer, required when a stream
+    needs it (``needs_format_layer``)."""
 
     def __init__(
         self,
@@ -68,6 +76,7 @@ class ArchiverConstruct(Construct):
         ledger_table: dynamodb.ITable,
         environment: Mapping[str, str],
         placement: Placement,
+        formats_layer: lambda_.ILayerVersion | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         if not (code_dir / "handler.py").is_file():
@@ -81,7 +90,15 @@ class ArchiverConstruct(Construct):
                     f"streams[{index}].source.batching_window: the event source mapping takes whole seconds, "
                     f"got {stream.source.batching_window}"
                 )
-            fn = self._function(stream, code, layer, environment, placement)
+            layers = [layer]
+            if needs_format_layer(stream):
+                if formats_layer is None:
+                    raise ConfigError(
+                        f"streams[{index}].format: {stream.format.type} ({stream.format.compression}) needs the"
+                        " formats layer, and the archiver was given none"
+                    )
+                layers.append(formats_layer)
+            fn = self._function(stream, code, layers, environment, placement)
             grant_ledger(ledger_table, fn)
             access.put(fn, stream_prefixes(config.archive.raw_prefix, config.archive.errors_prefix, stream.name))
             for statement in source.read_statements(stream):
@@ -93,7 +110,7 @@ class ArchiverConstruct(Construct):
         self,
         stream: StreamConfig,
         code: lambda_.Code,
-        layer: lambda_.ILayerVersion,
+        layers: list[lambda_.ILayerVersion],
         environment: Mapping[str, str],
         placement: Placement,
     ) -> lambda_.Function:
@@ -103,7 +120,7 @@ class ArchiverConstruct(Construct):
             f"Archiver-{stream.name}",
             handler="handler.lambda_handler",
             code=code,
-            layer=layer,
+            layers=layers,
             environment={**environment, "POWERTOOLS_SERVICE_NAME": "tidemark-archiver"},
             placement=placement,
             timeout=Duration.seconds(int(settings.timeout.total_seconds())),

@@ -8,7 +8,7 @@ interfaces a VPC function must manage, and what its construct grants on top.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from aws_cdk import Duration, RemovalPolicy, Size
@@ -52,7 +52,8 @@ class Placement:
 
 
 class TidemarkFunction(Construct):
-    """A Python 3.11 arm64 function over the core layer, traced, with a one-month log group."""
+    """A Python 3.11 arm64 function over its layers (the core layer first; the formats layer when
+    it renders Parquet, Avro, CSV or zstd), traced, with a one-month log group."""
 
     def __init__(
         self,
@@ -61,7 +62,7 @@ class TidemarkFunction(Construct):
         *,
         handler: str,
         code: lambda_.Code,
-        layer: lambda_.ILayerVersion,
+        layers: Sequence[lambda_.ILayerVersion],
         environment: Mapping[str, str],
         placement: Placement,
         timeout: Duration,
@@ -95,7 +96,7 @@ class TidemarkFunction(Construct):
             architecture=lambda_.Architecture.ARM_64,
             handler=handler,
             code=code,
-            layers=[layer],
+            layers=list(layers),
             memory_size=memory_mb,
             timeout=timeout,
             environment=dict(environment),

@@ -1,21 +1,34 @@
-"""The core package as a Lambda layer, built without Docker.
+"""The Lambda layers, built without Docker: the core package, and the object formats' libraries.
 
-CDK's usual Python bundling runs pip inside a Lambda build image, which needs Docker. Here the
-asset is bundled locally instead: pip installs the core package's dependencies (the
-``[project].dependencies`` of ``pyproject.toml``, the one list) as wheels for the Lambda
-platform (``--platform manylinux2014_aarch64 --only-binary=:all:``), then the ``tidemark``
-package is copied next to them. Wheels only means no compiler runs and the result does not
-depend on the building machine. The installed dependencies are cached by a hash of the
-requirements and the platform, so repeated synths do not download again.
+CDK's usual Python bundling runs pip inside a Lambda build image, which needs Docker. Here each
+asset is bundled locally instead: pip installs a requirement list from ``pyproject.toml`` (the one
+list) as wheels for the Lambda platform (``--platform manylinux2014_aarch64 --only-binary=:all:``)
+and the layer's own packages are copied next to them. Wheels only means no compiler runs and the
+result does not depend on the building machine. The installed dependencies are cached by a hash
+of the requirements and the platform, so repeated synths do not download again.
+
+Two layers:
+
+``CoreLayer``
+    the ``tidemark`` package and ``[project].dependencies``; every function has it.
+``FormatsLayer``
+    ``[project.optional-dependencies].formats`` (pyarrow, fastavro, zstandard, cramjam): what
+    Parquet, Avro, CSV and zstd need. Attached only to the functions that render objects of a
+    stream using one of them (``needs_format_layer``): pyarrow alone installs at ~170 MB, and
+    Lambda allows 250 MB unzipped for a function's code and all its layers together. It is
+    slimmed (``FORMATS_SLIM``): what the formats never load is left out.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
 import tomllib
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,31 +38,144 @@ from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
 from stacks.assets import CORE_LOCAL_ONLY, ShippedPackage, tree_hash
+from tidemark.config import StreamConfig
 from tidemark.exceptions import ConfigError
 
 LAMBDA_PLATFORM = "manylinux2014_aarch64"  # the functions run on arm64 (Graviton)
 LAMBDA_PYTHON = "3.11"
+#: Lambda's limit on a function's code plus all its layers, unzipped (250 MiB)
+LAMBDA_UNZIPPED_LIMIT = 262_144_000
+
+#: Requirements the Lambda build of the formats layer adds to ``formats`` (the dev venv and EMR
+#: do not get them). The python3.11 runtime is Amazon Linux 2 (glibc 2.26): it runs manylinux2014
+#: (glibc 2.17) wheels, not manylinux_2_28 ones, and pyarrow 20 is the last release with
+#: manylinux2014 wheels for aarch64 (and x86_64). pip's ``--platform manylinux2014_aarch64``
+#: would not pick a newer one anyway; the pin makes that explicit and keeps the layer a test
+#: builds for this machine (``platform=manylinux2014_x86_64``) on the same pyarrow.
+FORMATS_LAMBDA_PINS = ("pyarrow<21",)
+
+#: Format types whose writers need the formats layer (jsonl, text and bytes are the core's).
+FORMAT_TYPES_OF_THE_LAYER = ("parquet", "avro", "csv")
+
+#: What the formats layer leaves out (``fnmatch`` patterns over paths relative to ``python/``;
+#: a directory that matches goes with everything below it). Each is never imported by
+#: ``pyarrow.parquet``, ``pyarrow.csv``, ``fastavro`` or ``zstandard``:
+#: tests/integration/test_formats_layer.py proves the slimmed layer imports and round-trips them.
+#: pyarrow's ``libarrow_acero``, ``libarrow_dataset`` and ``libarrow_substrait`` stay: every
+#: pyarrow extension module (``lib`` included) links them, so ``import pyarrow`` needs them.
+FORMATS_SLIM: tuple[str, ...] = (
+    "bin",  # console scripts (fastavro's CLI), with the building interpreter's shebang
+    # headers and sources for building extensions against Arrow / Cython
+    "pyarrow/include",
+    "pyarrow/includes",
+    "pyarrow/src",
+    "*.pxd",
+    "*.pyx",
+    "*.pxi",
+    "*.h",
+    "*.hpp",
+    "*.cc",
+    "*.cpp",
+    # test suites
+    "pyarrow/tests",
+    "pyarrow/_pyarrow_cpp_tests.*",
+    # Arrow Flight (RPC): its own 19 MB C++ library and the bindings over it
+    "pyarrow/flight.py",
+    "pyarrow/_flight.*",
+    "pyarrow/libarrow_flight.so*",
+    "pyarrow/libarrow_python_flight.so*",
+    # Substrait query plans, Gandiva, CUDA, ORC: bindings nothing here uses
+    "pyarrow/substrait.py",
+    "pyarrow/_substrait.*",
+    "pyarrow/gandiva.*",
+    "pyarrow/_gandiva.*",
+    "pyarrow/cuda.py",
+    "pyarrow/_cuda.*",
+    "pyarrow/orc.py",
+    "pyarrow/_orc.*",
+    "pyarrow/_dataset_orc.*",
+    # Arrow's own S3 / GCS / Azure / HDFS filesystems (objects go through boto3); pyarrow.fs
+    # imports each under try/except ImportError
+    "pyarrow/_s3fs.*",
+    "pyarrow/_gcsfs.*",
+    "pyarrow/_azurefs.*",
+    "pyarrow/_hdfs.*",
+    # wheels hold no symlinks: the linker names (libarrow_python.so) and full versions
+    # (libarrow_python.so.2000.0.0) are copies of the soname (libarrow_python.so.2000), the only
+    # name the extension modules load (their DT_NEEDED)
+    "pyarrow/libarrow*.so",
+    "pyarrow/libarrow*.so.*.*.*",
+    # zstandard's CFFI backend: CPython imports the C backend (backend_c) and falls back to CFFI
+    # only when that is missing
+    "zstandard/_cffi.*",
+    "zstandard/backend_cffi.py",
+)
 
 
-def project_requirements(pyproject: Path) -> list[str]:
-    """The core package's runtime requirements, as pip requirement strings."""
-    data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-    requirements = data.get("project", {}).get("dependencies")
+def needs_format_layer(stream: StreamConfig) -> bool:
+    """Whether the stream's objects are rendered with the formats layer's libraries: Parquet
+    (pyarrow), Avro (fastavro; its snappy codec is cramjam's, zstandard's its own), CSV (pyarrow)
+    or a zstd-compressed line format (zstandard)."""
+    return stream.format.type in FORMAT_TYPES_OF_THE_LAYER or stream.format.compression == "zstd"
+
+
+def project_requirements(pyproject: Path, extra: str | None = None) -> list[str]:
+    """The core package's runtime requirements (``[project].dependencies``), or those of an
+    optional extra (``[project.optional-dependencies].<extra>``), as pip requirement strings."""
+    project = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {})
+    if extra is None:
+        requirements, where = project.get("dependencies"), "[project].dependencies"
+    else:
+        requirements = project.get("optional-dependencies", {}).get(extra)
+        where = f"[project.optional-dependencies].{extra}"
     if not isinstance(requirements, list) or not all(isinstance(item, str) for item in requirements):
-        raise ConfigError(f"{pyproject}: [project].dependencies must be a list of requirement strings")
+        raise ConfigError(f"{pyproject}: {where} must be a list of requirement strings")
     return requirements
+
+
+def tree_size(directory: Path) -> int:
+    """Bytes of the files below ``directory``: what Lambda counts as the unzipped size."""
+    return sum(path.lstat().st_size for path in directory.rglob("*") if path.is_file() and not path.is_symlink())
+
+
+def slimmed_away(relative: str, patterns: Iterable[str]) -> bool:
+    """Whether a path (posix, relative to the layer's ``python/``) matches a slimming pattern."""
+    return any(fnmatch.fnmatchcase(relative, pattern) for pattern in patterns)
+
+
+def _copy_tree(source: Path, target: Path, *, leave_out: Sequence[str]) -> None:
+    """Copy ``source`` into ``target`` without the cache's marker and what ``leave_out`` matches."""
+    for directory, dirnames, filenames in os.walk(source):
+        here = Path(directory)
+        relative = here.relative_to(source)
+        dirnames[:] = sorted(name for name in dirnames if not slimmed_away((relative / name).as_posix(), leave_out))
+        (target / relative).mkdir(parents=True, exist_ok=True)
+        for name in filenames:
+            if (relative == Path(".") and name == ".complete") or slimmed_away((relative / name).as_posix(), leave_out):
+                continue
+            shutil.copy2(here / name, target / relative / name)
 
 
 @jsii.implements(ILocalBundling)
 class PipLayerBundling:
-    """Local bundling: ``python/`` with the dependencies for the Lambda platform plus the package."""
+    """Local bundling of a layer: ``python/`` with ``requirements`` installed for the Lambda
+    platform, less what ``slim`` matches, plus ``packages`` (copied as they are shipped)."""
 
     def __init__(
-        self, *, package: ShippedPackage, requirements: list[str], cache_dir: Path, platform: str = LAMBDA_PLATFORM
+        self,
+        *,
+        requirements: Sequence[str],
+        cache_dir: Path,
+        packages: Sequence[ShippedPackage] = (),
+        slim: Sequence[str] = (),
+        platform: str = LAMBDA_PLATFORM,
+        name: str = "layer",
     ) -> None:
-        self.package = package
-        self.requirements = requirements
+        self.requirements = list(requirements)
+        self.packages = tuple(packages)
+        self.slim = tuple(slim)
         self.platform = platform  # another platform only for tests that run the layer on this machine
+        self.name = name
         self.cache = cache_dir / hashlib.sha256("\n".join(self.dependency_key).encode()).hexdigest()[:16]
 
     @property
@@ -57,10 +183,20 @@ class PipLayerBundling:
         """What the installed dependencies depend on: the platform, Python and the requirements."""
         return [self.platform, LAMBDA_PYTHON, *sorted(self.requirements)]
 
-    def _dependencies(self) -> Path:
+    @property
+    def asset_salt(self) -> list[str]:
+        """What the layer depends on besides its packages' files: the dependencies and the slimming."""
+        return [*self.dependency_key, *(f"slim:{pattern}" for pattern in self.slim)]
+
+    def asset_hash(self) -> str:
+        return tree_hash(self.packages, salt=self.asset_salt)
+
+    def dependencies(self) -> Path:
+        """The requirements installed for the platform (not slimmed): from the cache, or pip."""
         if (self.cache / ".complete").is_file():
             return self.cache
-        partial = self.cache.with_name(self.cache.name + ".partial")
+        # per process: two synths (or test sessions) building the same cache at once do not clash
+        partial = self.cache.with_name(f"{self.cache.name}.partial-{os.getpid()}")
         shutil.rmtree(partial, ignore_errors=True)
         command = [
             sys.executable,
@@ -83,48 +219,108 @@ class PipLayerBundling:
         ]
         result = subprocess.run(command, capture_output=True, text=True, check=False)
         if result.returncode != 0:
-            raise RuntimeError(f"building the core layer failed: {' '.join(command)}\n{result.stderr.strip()}")
+            raise RuntimeError(f"building the {self.name} failed: {' '.join(command)}\n{result.stderr.strip()}")
         (partial / ".complete").write_text("\n".join(self.requirements) + "\n", encoding="utf-8")
-        shutil.rmtree(self.cache, ignore_errors=True)
-        partial.rename(self.cache)
+        try:
+            partial.rename(self.cache)  # the cache only ever appears complete
+        except OSError:  # another build's is there already (or an incomplete leftover: replaced)
+            if not (self.cache / ".complete").is_file():
+                shutil.rmtree(self.cache)
+                partial.rename(self.cache)
+        shutil.rmtree(partial, ignore_errors=True)
         return self.cache
 
     def try_bundle(self, output_dir: str, options: Any = None, **_: Any) -> bool:
         """Called by CDK at synth; returning True means no Docker fallback is needed."""
         target = Path(output_dir) / "python"
-        shutil.copytree(self._dependencies(), target, ignore=shutil.ignore_patterns(".complete"), dirs_exist_ok=True)
-        self.package.copy_into(target)
+        _copy_tree(self.dependencies(), target, leave_out=self.slim)
+        for package in self.packages:
+            package.copy_into(target)
         return True
 
 
+def core_bundling(root: Path, cache_dir: Path, *, platform: str = LAMBDA_PLATFORM) -> PipLayerBundling:
+    """How the core layer is built (``root`` is the repository)."""
+    package_dir = root / "layers" / "core" / "tidemark"
+    if not (package_dir / "__init__.py").is_file():
+        raise ConfigError(f"core layer: {package_dir} is not the tidemark package")
+    return PipLayerBundling(
+        requirements=project_requirements(root / "pyproject.toml"),
+        packages=[ShippedPackage(package_dir, leave_out=CORE_LOCAL_ONLY)],
+        cache_dir=cache_dir,
+        platform=platform,
+        name="core layer",
+    )
+
+
+def formats_bundling(root: Path, cache_dir: Path, *, platform: str = LAMBDA_PLATFORM) -> PipLayerBundling:
+    """How the formats layer is built: the ``formats`` extra, pinned for Lambda, slimmed."""
+    return PipLayerBundling(
+        requirements=[*project_requirements(root / "pyproject.toml", "formats"), *FORMATS_LAMBDA_PINS],
+        slim=FORMATS_SLIM,
+        cache_dir=cache_dir,
+        platform=platform,
+        name="formats layer",
+    )
+
+
+def _layer(scope: Construct, source: Path, bundling: PipLayerBundling, description: str) -> lambda_.LayerVersion:
+    return lambda_.LayerVersion(
+        scope,
+        "Layer",
+        code=lambda_.Code.from_asset(
+            str(source),
+            exclude=["**/__pycache__", "*.egg-info"],
+            bundling=BundlingOptions(
+                # Only used if local bundling declined; it never does (try_bundle returns True).
+                image=DockerImage.from_registry("public.ecr.aws/sam/build-python3.11"),
+                local=bundling,
+            ),
+            # The asset changes when the packages' source, the requirements or the slimming change.
+            asset_hash_type=AssetHashType.CUSTOM,
+            asset_hash=bundling.asset_hash(),
+        ),
+        compatible_runtimes=[lambda_.Runtime.PYTHON_3_11],
+        compatible_architectures=[lambda_.Architecture.ARM_64],
+        description=description,
+    )
+
+
 class CoreLayer(Construct):
-    """The layer. ``root`` is the repository (``pyproject.toml`` and ``layers/core/tidemark``)."""
+    """The core layer. ``root`` is the repository (``pyproject.toml`` and ``layers/core/tidemark``)."""
 
     def __init__(self, scope: Construct, construct_id: str, *, root: Path, cache_dir: Path) -> None:
         super().__init__(scope, construct_id)
-        package_dir = root / "layers" / "core" / "tidemark"
-        if not (package_dir / "__init__.py").is_file():
-            raise ConfigError(f"core layer: {package_dir} is not the tidemark package")
-        package = ShippedPackage(package_dir, leave_out=CORE_LOCAL_ONLY)
-        bundling = PipLayerBundling(
-            package=package, requirements=project_requirements(root / "pyproject.toml"), cache_dir=cache_dir
-        )
-        self.layer = lambda_.LayerVersion(
+        self.layer = _layer(
             self,
-            "Layer",
-            code=lambda_.Code.from_asset(
-                str(root / "layers" / "core"),
-                exclude=["**/__pycache__", "*.egg-info"],
-                bundling=BundlingOptions(
-                    # Only used if local bundling declined; it never does (try_bundle returns True).
-                    image=DockerImage.from_registry("public.ecr.aws/sam/build-python3.11"),
-                    local=bundling,
-                ),
-                # The asset changes when the package source or the requirements change.
-                asset_hash_type=AssetHashType.CUSTOM,
-                asset_hash=tree_hash([package], salt=bundling.dependency_key),
-            ),
-            compatible_runtimes=[lambda_.Runtime.PYTHON_3_11],
-            compatible_architectures=[lambda_.Architecture.ARM_64],
-            description=f"tidemark core package and its dependencies ({LAMBDA_PLATFORM}, Python {LAMBDA_PYTHON})",
+            root / "layers" / "core",
+            core_bundling(root, cache_dir),
+            f"tidemark core package and its dependencies ({LAMBDA_PLATFORM}, Python {LAMBDA_PYTHON})",
         )
+
+
+class FormatsLayer(Construct):
+    """The object formats' libraries (``formats`` extra of ``root/pyproject.toml``), slimmed."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, root: Path, cache_dir: Path) -> None:
+        super().__init__(scope, construct_id)
+        bundling = formats_bundling(root, cache_dir)
+        names = ", ".join(
+            _project_name(requirement) for requirement in project_requirements(root / "pyproject.toml", "formats")
+        )
+        self.layer = _layer(
+            self,
+            # Bundling reads no source (the requirements come from pyproject.toml): any directory does.
+            root / "layers",
+            bundling,
+            f"tidemark object formats (Parquet, Avro, CSV, zstd): {names} ({', '.join(FORMATS_LAMBDA_PINS)};"
+            f" {LAMBDA_PLATFORM}, Python {LAMBDA_PYTHON}), without Arrow Flight, headers, Cython sources or tests",
+        )
+
+
+def _project_name(requirement: str) -> str:
+    """``"pyarrow>=15"`` -> ``"pyarrow"``."""
+    for index, char in enumerate(requirement):
+        if not (char.isalnum() or char in "-_."):
+            return requirement[:index].strip()
+    return requirement.strip()

@@ -171,7 +171,13 @@ class PipelineConstruct(Construct):
                     actions=["s3:GetObject"], resources=[asset.bucket.arn_for_objects(asset.s3_object_key)]
                 )
             )
-        access.read(self.job_role, [f"{config.archive.raw_prefix}/{stream}" for stream in self.streams])
+        # Spark's own readers (EMRFS) look objects up by path, which lists their folder.
+        access.read(
+            self.job_role,
+            [f"{config.archive.raw_prefix}/{stream}" for stream in self.streams],
+            list_objects=settings.spark_readers,
+        )
+        self._archive_root = f"s3://{access.bucket.bucket_name}" if settings.spark_readers else None
         ledger_table.grant(
             self.job_role, "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"
         )
@@ -191,6 +197,13 @@ class PipelineConstruct(Construct):
             ],
             description="Runs the Tidemark aggregation job every pipeline.schedule",
         )
+
+    def _job_arguments(self) -> str:
+        """The job's arguments, a States.Array over the stream of the Map iteration."""
+        arguments = f"'--stream', $.stream, '--config', '{self.config_asset.s3_object_url}'"
+        if self._archive_root is not None:
+            arguments += f", '--archive-root', '{self._archive_root}'"
+        return f"States.Array({arguments})"
 
     def _spark_properties(self, environment: Mapping[str, str]) -> dict[str, str]:
         """Driver and executor environment, as spark-defaults properties (no shell quoting)."""
@@ -222,9 +235,7 @@ class PipelineConstruct(Construct):
                     "JobDriver": {
                         "SparkSubmit": {
                             "EntryPoint": self.script.s3_object_url,
-                            "EntryPointArguments.$": (
-                                f"States.Array('--stream', $.stream, '--config', '{self.config_asset.s3_object_url}')"
-                            ),
+                            "EntryPointArguments.$": self._job_arguments(),
                             "SparkSubmitParameters": f"--py-files {self.code.s3_object_url}",
                         }
                     },

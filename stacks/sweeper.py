@@ -8,6 +8,10 @@ is caught and recorded in its iteration's output, so it never stops the other pa
 reconciliation or the completeness step; a failing reconciliation does not stop completeness.
 The failures surface as Lambda errors (and alarms on them). Executions are limited to one
 interval, so consecutive runs do not pile up.
+
+SweepPartition renders the objects of idle and resumed flushes, of any stream: when a stream
+needs the formats layer (``needs_format_layer``), that function runs on it too. The other steps
+list, head and record; they keep the core layer only.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from constructs import Construct
 from stacks.assets import workflow
 from stacks.functions import MIN_EPHEMERAL_MB, Placement, TidemarkFunction, spool_mb
 from stacks.grants import ArchiveAccess, grant_ledger
+from stacks.layer import needs_format_layer
 from tidemark.config import TidemarkConfig
 from tidemark.exceptions import ConfigError
 
@@ -51,7 +56,8 @@ class SweeperFunctions:
 class SweeperConstruct(Construct):
     """Sweeper functions, state machine and schedule.
 
-    ``code_dir`` is the function code (``functions/sweeper``), ``layer`` the core package;
+    ``code_dir`` is the function code (``functions/sweeper``), ``layer`` the core package,
+    ``formats_layer`` the formats' libraries (required when a stream needs them);
     ``environment`` carries the settings every Tidemark function gets (bucket, ledger table,
     staging root, config); ``placement`` the VPC and the EFS staging mount.
     """
@@ -68,15 +74,20 @@ class SweeperConstruct(Construct):
         ledger_table: dynamodb.ITable,
         environment: Mapping[str, str],
         placement: Placement,
+        formats_layer: lambda_.ILayerVersion | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         if not (code_dir / "handler.py").is_file():
             raise ConfigError(f"sweeper code directory {code_dir} has no handler.py")
+        rendering = [stream.name for stream in config.streams if needs_format_layer(stream)]
+        if rendering and formats_layer is None:
+            raise ConfigError(f"sweeper: streams {rendering} need the formats layer, and the sweeper was given none")
         interval = config.sweeper.interval
         code = lambda_.Code.from_asset(str(code_dir), exclude=["**/__pycache__"])
 
         # SweepPartition renders idle and resumed flushes of any stream.
         largest_object = max(int(stream.flush.max_bytes) for stream in config.streams)
+        renders = [layer, formats_layer] if rendering and formats_layer is not None else [layer]
 
         def function(step: str, timeout: Duration) -> lambda_.Function:
             return TidemarkFunction(
@@ -84,7 +95,7 @@ class SweeperConstruct(Construct):
                 step,
                 handler=f"handler.{STEPS[step]}",
                 code=code,
-                layer=layer,
+                layers=renders if step == "SweepPartition" else [layer],
                 environment={**environment, "POWERTOOLS_SERVICE_NAME": "tidemark-sweeper"},
                 placement=placement,
                 timeout=timeout,

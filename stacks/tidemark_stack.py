@@ -14,9 +14,10 @@ from aws_cdk import CfnOutput, Stack
 from constructs import Construct
 
 from stacks.archiver import ArchiverConstruct
+from stacks.catalog import ArchiveCatalog
 from stacks.functions import Placement
 from stacks.grants import ArchiveAccess
-from stacks.layer import CoreLayer
+from stacks.layer import CoreLayer, FormatsLayer, needs_format_layer
 from stacks.nag import apply_nag
 from stacks.network import NetworkConstruct
 from stacks.observability import ObservabilityConstruct
@@ -64,13 +65,32 @@ class TidemarkStack(Stack):
 
         self.network = NetworkConstruct(self, "Network", settings=config.network)
         self.storage = StorageConstruct(self, "Storage", config=config)
+        self.catalog = (
+            ArchiveCatalog(
+                self,
+                "Catalog",
+                streams=config.streams,
+                bucket_name=self.storage.bucket.bucket_name,
+                raw_prefix=config.archive.raw_prefix,
+                database=config.catalog.database,
+                years=(config.catalog.first_year, config.catalog.last_year),
+            )
+            if config.catalog.enabled
+            else None
+        )
         self.staging = StagingConstruct(self, "Staging", vpc=self.network.vpc, subnets=self.network.subnets)
         self.source = SourceConstruct(
             self, "Source", config=config, vpc=self.network.vpc, subnet_ids=self.network.subnet_ids
         )
-        self.core_layer = CoreLayer(
-            self, "CoreLayer", root=root, cache_dir=layer_cache or root / ".cache" / "layer"
-        ).layer
+        layer_cache = layer_cache or root / ".cache" / "layer"
+        self.core_layer = CoreLayer(self, "CoreLayer", root=root, cache_dir=layer_cache).layer
+        # Parquet, Avro, CSV and zstd's libraries: only when a stream uses them (and only on the
+        # functions that render its objects).
+        self.formats_layer = (
+            FormatsLayer(self, "FormatsLayer", root=root, cache_dir=layer_cache).layer
+            if any(needs_format_layer(stream) for stream in config.streams)
+            else None
+        )
         self.access = ArchiveAccess(self.storage.bucket, self.storage.encryption_key)
         self.placement = Placement(
             vpc=self.network.vpc,
@@ -90,6 +110,7 @@ class TidemarkStack(Stack):
             config=config,
             code_dir=root / "functions" / "archiver",
             layer=self.core_layer,
+            formats_layer=self.formats_layer,
             source=self.source,
             access=self.access,
             ledger_table=self.storage.ledger_table,
@@ -102,6 +123,7 @@ class TidemarkStack(Stack):
             config=config,
             code_dir=root / "functions" / "sweeper",
             layer=self.core_layer,
+            formats_layer=self.formats_layer,
             access=self.access,
             ledger_table=self.storage.ledger_table,
             environment=self.function_environment,
@@ -151,5 +173,7 @@ class TidemarkStack(Stack):
             )
         if self.pipeline.enabled:
             outputs["EmrApplicationId"] = (self.pipeline.application.attr_application_id, "EMR Serverless application")
+        if self.catalog is not None:
+            outputs["CatalogDatabaseName"] = (self.catalog.database_name, "Glue database of the archive (Athena)")
         for name, (value, description) in outputs.items():
             CfnOutput(self, name, value=value, description=description)

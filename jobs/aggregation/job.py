@@ -14,7 +14,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from jobs.aggregation.reader import s3_client, value_schema
+from jobs.aggregation.reader import ObjectStore, value_schema
 from jobs.aggregation.sink import AggregateSink
 from jobs.aggregation.transforms import aggregate, dedupe, duplicate_count, read_records
 from tidemark.config.model import StreamConfig
@@ -36,6 +36,7 @@ class RunReport:
     cleared: list[str] = field(default_factory=list)  # hours no longer dirty
     still_dirty: list[str] = field(default_factory=list)  # got new objects while the run ran
     seconds: dict[str, float] = field(default_factory=dict)  # read, schema, aggregate, write
+    readers: dict[str, int] = field(default_factory=dict)  # objects per read path (arrow, spark-parquet...)
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -50,6 +51,7 @@ class RunReport:
             "cleared": self.cleared,
             "still_dirty": self.still_dirty,
             "seconds": {phase: round(value, 2) for phase, value in self.seconds.items()},
+            "readers": self.readers,
         }
 
 
@@ -71,7 +73,12 @@ def run_aggregation(
     sink: AggregateSink,
     hours: list[str] | None = None,
     tasks: int = 8,
+    archive_root: str | None = None,
 ) -> RunReport:
+    """Aggregate the dirty hours (or ``hours``) of ``stream``. Objects are read from
+    ``s3://<bucket>`` with boto3 and Arrow, or, given ``archive_root`` (``s3://bucket`` on EMR,
+    ``file:///dir`` locally), Parquet, JSON Lines and CSV with Spark's own readers from there
+    and the other formats with Arrow from there."""
     report = RunReport(
         run_id=f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{uuid.uuid4().hex[:8]}", stream=stream.name
     )
@@ -84,13 +91,14 @@ def run_aggregation(
     report.objects = sorted(key for key, _hour in objects)
     if objects:
         clock = time.monotonic()
-        client = s3_client()
+        store = ObjectStore(archive_root) if archive_root else ObjectStore.of_bucket(bucket)
         step = max(1, len(objects) // SCHEMA_SAMPLES)
-        samples = [client.get_object(Bucket=bucket, Key=key)["Body"].read() for key, _hour in objects[::step]]
-        values = value_schema(samples)
+        values = value_schema((key, store.read(key)) for key, _hour in objects[::step])
         report.seconds["schema"] = time.monotonic() - clock
         clock = time.monotonic()
-        records = read_records(spark, objects, bucket, tasks, values).cache()
+        read = read_records(spark, objects, store.root, tasks, values, native=archive_root is not None)
+        report.readers = read.readers
+        records = read.frame.cache()
         total = records.count()
         report.duplicates = duplicate_count(records)
         unique = dedupe(records) if report.duplicates else records

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import reduce
+from typing import NamedTuple
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
+from jobs.aggregation.native import plan_reads, read_native
 from jobs.aggregation.reader import OBJECTS_SCHEMA, fetch_objects, records_schema
 from tidemark.config.model import AggregationConfig
 
@@ -16,14 +19,47 @@ from tidemark.config.model import AggregationConfig
 IDENTITY = ["epoch", "partition", "offset"]
 
 
+class Records(NamedTuple):
+    frame: DataFrame
+    readers: dict[str, int]  # objects per read path: "arrow", "spark-parquet", "spark-json", "spark-csv"
+
+
 def read_records(
-    spark: SparkSession, objects: Sequence[tuple[str, str]], bucket: str, tasks: int, values: pa.Schema
-) -> DataFrame:
-    """Records of exactly these objects (``(key, hour)`` pairs), fetched by executor tasks:
-    ``hour, epoch, partition, offset, event_time`` and the value's fields as columns."""
-    listing = spark.createDataFrame(list(objects), OBJECTS_SCHEMA)
-    schema = from_arrow_schema(records_schema(values))
-    return listing.repartition(max(1, min(tasks, len(objects)))).mapInArrow(fetch_objects(bucket, values), schema)
+    spark: SparkSession,
+    objects: Sequence[tuple[str, str]],
+    root: str,
+    tasks: int,
+    values: pa.Schema,
+    *,
+    native: bool = False,
+) -> Records:
+    """Records of exactly these objects (``(key, hour)`` pairs) under the archive ``root``
+    (``s3://bucket``, or what ``--archive-root`` names): ``hour, epoch, partition, offset,
+    event_time`` and the value's fields as columns. With ``native``, Parquet, JSON Lines and CSV
+    objects are read by Spark's own readers (``jobs.aggregation.native``); everything else --
+    every object, without ``native`` -- is fetched by executor tasks and read with Arrow."""
+    plan = plan_reads(objects, native)
+    frames: list[DataFrame] = []
+    readers: dict[str, int] = {}
+    arrow = list(plan.arrow)
+    if plan.native:
+        frame, left = read_native(spark, plan.native, root, values)
+        arrow += left
+        if frame is not None:
+            frames.append(frame)
+        taken = {key for key, _hour in left}
+        for reader, group in plan.native.items():
+            count = sum(1 for key, _hour in group if key not in taken)
+            if count:
+                readers[f"spark-{reader}"] = count
+    if arrow or not frames:
+        listing = spark.createDataFrame(arrow, OBJECTS_SCHEMA)
+        schema = from_arrow_schema(records_schema(values))
+        tasks = max(1, min(tasks, len(arrow)))
+        frames.append(listing.repartition(tasks).mapInArrow(fetch_objects(root, values), schema))
+        if arrow:
+            readers["arrow"] = len(arrow)
+    return Records(reduce(DataFrame.unionByName, frames), readers)
 
 
 def dedupe(records: DataFrame) -> DataFrame:

@@ -95,6 +95,7 @@ def test_aggregates_equal_a_plain_computation_and_only_dirty_hours_are_redone(sp
     first = run_aggregation(spark, stream, ledger=runtime.ledger, bucket=archive.bucket, sink=sink, tasks=3)
 
     assert first.duplicates == 0 and first.records == sum(1 for e in orders.expected if e.hour)
+    assert first.readers == {"arrow": len(first.objects)}
     hours_with_data = {e.hour for e in orders.expected if e.hour}
     assert hours_with_data <= set(first.hours)  # (plus hours holding dead letters only)
     assert first.still_dirty == [] and sorted(first.cleared) == sorted(first.hours)
@@ -221,3 +222,40 @@ def test_an_hour_that_gets_a_new_object_during_the_run_stays_dirty(spark, archiv
     )["Items"]
     recorded = json.loads(runs[0]["report"]["S"])
     assert recorded["object_keys"] == report.objects and recorded["still_dirty"] == report.still_dirty
+
+
+def test_spark_reads_the_archive_root_with_partition_folders_and_hive_hours(spark, archive, aggregates, tmp_path):
+    """``--archive-root``: Parquet objects filed under partition-by folders and Hive hour folders
+    (``raw/orders/country=US/year=2026/month=11/day=21/hour=08/...``), read by
+    ``spark.read.parquet`` from a ``file://`` copy of the bucket; each row's hour comes from the
+    ledger's object list, and the aggregates equal a plain computation."""
+    sink, table = aggregates
+    config = small_config(
+        max_records=150,
+        format={"type": "parquet"},
+        partition_by={"fields": ["_value.country"], "style": "keys_and_values", "hour_folders": "hive"},
+    )
+    runtime = archive.runtime(config)
+    orders = make_orders(partitions=2, per_partition=150, hours=2, late_share=0.05, seed=21)
+    Archiver(runtime).handle(msk_event(orders.all_records()))
+    flush_all(archive, runtime, config, orders.records)
+    for page in archive.s3.get_paginator("list_objects_v2").paginate(Bucket=archive.bucket, Prefix="raw/"):
+        for item in page.get("Contents", []):
+            path = tmp_path / item["Key"]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(archive.s3.get_object(Bucket=archive.bucket, Key=item["Key"])["Body"].read())
+
+    report = run_aggregation(
+        spark,
+        config.streams[0],
+        ledger=runtime.ledger,
+        bucket="no-such-bucket",  # everything comes from the archive root
+        sink=sink,
+        archive_root=f"file://{tmp_path}",
+    )
+
+    assert all("/country=" in key and "/year=2026/month=11/" in key for key in report.objects)
+    assert report.readers == {"spark-parquet": len(report.objects)}
+    assert report.duplicates == 0 and report.records == sum(1 for e in orders.expected if e.hour)
+    assert report.still_dirty == []
+    assert_same(table_aggregates(table), expected_aggregates(orders.expected))

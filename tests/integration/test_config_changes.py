@@ -89,3 +89,28 @@ def test_value_encoding_change_renders_each_buffer_in_its_own_encoding(archive):
             values[envelope["offset"]] = envelope["value"]
     assert all(isinstance(values[o], str) for o in range(10))  # base64 text
     assert all(isinstance(values[o], dict) for o in range(10, 20))  # embedded JSON
+
+
+def test_switching_to_parquet_with_partitions_seals_the_jsonl_buffers_and_mixes_nothing(archive):
+    """jsonl -> parquet partitioned by country mid-hour: the open jsonl buffer is sealed
+    (``format_changed``), new records go to parquet objects under their country folders, and the
+    checker reads both formats back: every record once, in the layout it was staged under."""
+    old, new = configs(format={"type": "parquet"}, partition_by={"fields": ["_value.country"]})
+    workload = make_orders(partitions=1, per_partition=40, hours=1, late_share=0, bad_share=0, seed=6)
+    records = workload.records[0]
+    Archiver(archive.runtime(old)).handle(msk_event(records[:20]))
+    outcome = Archiver(archive.runtime(new)).handle(msk_event(records[20:]))["orders"]
+    assert {flush.reason for flush in outcome.flushes} == {"format_changed"}
+    archive.clock.advance(minutes=16)
+    archive.runtime(new).writer(new.streams[0], 0).maintain()
+    found = objects(archive)
+    jsonl = [key for key in found if key.endswith(".jsonl.gz")]
+    parquet = [key for key in found if key.endswith(".parquet")]
+    assert jsonl and all(key.startswith("raw/orders/2026/") for key in jsonl)  # staged before: no folders
+    assert parquet and all(key.split("/")[2] in {"US", "DE", "FR", "JP", "BR"} for key in parquet)
+    assert len(jsonl) + len(parquet) == len(found)
+    report = verify_archive(archive.s3, archive.bucket, "orders", workload.expected)  # both formats read back
+    assert (report.produced, report.archived, report.ok) == (40, 40, True)
+    new_half = verify_archive(archive.s3, archive.bucket, "orders", workload.expected, config=new.streams[0])
+    assert sorted(ident[1] for *ident, _key in new_half.misfiled) == list(range(20))  # the jsonl half: no folders
+    assert (new_half.lost, new_half.duplicated, new_half.corrupted) == ([], [], [])

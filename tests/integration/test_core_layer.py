@@ -1,25 +1,86 @@
-"""The core layer and the job's code archive, bundled for real (pip from PyPI, no Docker)."""
+"""The core layer and the job's code archive, bundled for real (pip from PyPI, no Docker).
+
+The layers built for this machine's platform (to run them here) come from ``host_layer``, which
+tests/integration/test_formats_layer.py shares: each is built once per session, from the
+repository's cache (a fresh clone downloads the wheels once).
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import platform
+import re
+import shutil
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
+from typing import Literal
 
 import pytest
 from aws_cdk import App
 from aws_cdk.assertions import Template
 
-from stacks.assets import CORE_LOCAL_ONLY, ShippedPackage
-from stacks.layer import PipLayerBundling, project_requirements
+from stacks.assets import CORE_LOCAL_ONLY
+from stacks.layer import core_bundling, formats_bundling
 from stacks.tidemark_stack import TidemarkStack
 from tests.conftest import Archive
 from tests.support.cdk import REPO, cdk_context, logical_id
 from tidemark.config import TidemarkConfig
+
+LAYER_CACHE = REPO / ".cache" / "layer"
+#: the manylinux tag of this machine, for layers the tests run here
+HOST_PLATFORM = f"manylinux2014_{platform.machine()}"
+#: the glibc of Lambda's python3.11 runtime (Amazon Linux 2)
+LAMBDA_GLIBC = (2, 26)
+
+
+def host_layer(kind: Literal["core", "formats"], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The ``python/`` directory of a layer built as the stack builds it, for this machine's
+    platform: once per session (the session's temporary directory keeps it)."""
+    built = tmp_path_factory.getbasetemp() / f"host-{kind}-layer"
+    if not (built / ".built").is_file():
+        shutil.rmtree(built, ignore_errors=True)
+        bundling = (core_bundling if kind == "core" else formats_bundling)(REPO, LAYER_CACHE, platform=HOST_PLATFORM)
+        assert bundling.try_bundle(str(built))
+        (built / ".built").touch()
+    return built / "python"
+
+
+def oldest_glibc(dist_info: Path) -> tuple[int, int] | None:
+    """The glibc a wheel needs at least (from the tags in its WHEEL file), None if pure Python."""
+    tags = [
+        line.split(":", 1)[1].strip()
+        for line in (dist_info / "WHEEL").read_text().splitlines()
+        if line.startswith("Tag:")
+    ]
+    needs: list[tuple[int, int]] = []
+    for tag in tags:
+        plat = tag.rsplit("-", 1)[-1]
+        if plat == "any":
+            return None
+        if plat.startswith("manylinux2014_"):
+            needs.append((2, 17))
+        elif match := re.match(r"manylinux_(\d+)_(\d+)_", plat):
+            needs.append((int(match[1]), int(match[2])))
+        else:
+            raise AssertionError(f"{dist_info.name}: not a manylinux wheel: {tag}")
+    return min(needs)
+
+
+def too_new_for_lambda(python: Path) -> dict[str, tuple[int, int]]:
+    """Wheels in a layer that need a newer glibc than Lambda's runtime has."""
+    return {
+        dist.name: needed
+        for dist in python.glob("*.dist-info")
+        if (needed := oldest_glibc(dist)) is not None and needed > LAMBDA_GLIBC
+    }
+
+
+@pytest.fixture(scope="session")
+def host_core_layer(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return host_layer("core", tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +88,7 @@ def assembly(example_config: TidemarkConfig, tmp_path_factory: pytest.TempPathFa
     outdir = tmp_path_factory.mktemp("cdk.out")
     app = App(context=cdk_context(bundle=True, **{"aws:cdk:enable-asset-metadata": True}), outdir=str(outdir))
     # The repository's cache (what `cdk synth` uses): a fresh clone downloads the wheels once.
-    stack = TidemarkStack(app, "Tidemark", config=example_config, layer_cache=REPO / ".cache" / "layer")
+    stack = TidemarkStack(app, "Tidemark", config=example_config, layer_cache=LAYER_CACHE)
     app.synth()
     return stack, outdir
 
@@ -35,7 +96,7 @@ def assembly(example_config: TidemarkConfig, tmp_path_factory: pytest.TempPathFa
 def asset_dir(stack: TidemarkStack, outdir: Path, construct_id: str) -> Path:
     template = Template.from_stack(stack).to_json()
     resource = template["Resources"][construct_id]
-    return outdir / resource["Metadata"]["aws:asset:path"]
+    return outdir / str(resource["Metadata"]["aws:asset:path"])
 
 
 def test_layer_holds_the_package_and_its_dependencies_for_arm64(assembly: tuple[TidemarkStack, Path]) -> None:
@@ -58,6 +119,9 @@ def test_layer_holds_the_package_and_its_dependencies_for_arm64(assembly: tuple[
     (core,) = list((python / "pydantic_core").glob("_pydantic_core*.so"))
     assert core.name == "_pydantic_core.cpython-311-aarch64-linux-gnu.so"
     assert list((python / "orjson").glob("*aarch64*.so"))
+    assert not too_new_for_lambda(python)
+    # the example's one stream writes gzip JSON lines: no formats layer
+    assert stack.formats_layer is None
 
 
 def test_job_code_archive_holds_both_packages_and_the_entry_point_is_the_job(
@@ -96,16 +160,12 @@ print("PATHS " + json.dumps([pydantic.__file__, boto3.__file__, handler.ARCHIVER
 """
 
 
-def test_archiver_runs_from_the_layer_alone(archive: Archive, example_config: TidemarkConfig, tmp_path: Path) -> None:
-    """The layer, built the same way for this machine's platform, is all the handler needs."""
-    bundling = PipLayerBundling(
-        package=ShippedPackage(REPO / "layers" / "core" / "tidemark", leave_out=CORE_LOCAL_ONLY),
-        requirements=project_requirements(REPO / "pyproject.toml"),
-        cache_dir=REPO / ".cache" / "layer",
-        platform=f"manylinux2014_{platform.machine()}",
-    )
-    layer = tmp_path / "layer"
-    assert bundling.try_bundle(str(layer))
+def test_archiver_runs_from_the_layer_alone(
+    archive: Archive, example_config: TidemarkConfig, host_core_layer: Path
+) -> None:
+    """The layer, built the same way for this machine's platform, is all the handler needs (a
+    JSON lines stream: no formats layer)."""
+    layer = host_core_layer.parent
     event = REPO / "events" / "msk-orders.json"
     env = {
         "PATH": os.environ["PATH"],

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support.harness import (
+    PARTITIONED_FORMATS,
     EsmModel,
     RunOtherAt,
     assert_exactly_once,
@@ -29,9 +30,11 @@ def assert_staging_clean(archive) -> None:
 
 
 @pytest.mark.parametrize("point", ALL_CRASH_POINTS)
-@pytest.mark.parametrize("nth", [1, 3])
-def test_crash_at_each_point_then_recover(archive, point, nth):
-    config = small_config()
+@pytest.mark.parametrize(("layout", "nth"), [("jsonl", 1), ("jsonl", 3), ("parquet", 1), ("avro", 3)])
+def test_crash_at_each_point_then_recover(archive, point, layout, nth):
+    """Gzip JSON Lines, and Parquet and Avro objects under partition-by folders (Avro with Hive
+    folders, and a header level that most records lack: `__missing__`)."""
+    config = small_config(**PARTITIONED_FORMATS.get(layout, {}))
     workload = make_orders(partitions=2, per_partition=260, hours=3, seed=nth)
     esm = EsmModel(workload, lambda crash: archive.runtime(config, crash))
     injector = CrashAt(point, nth)

@@ -32,6 +32,9 @@ def utc_hour(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H")
 
 
+COUNTRIES = ("US", "DE", "FR", "JP", "BR")
+
+
 def make_orders(
     *,
     partitions: int = 2,
@@ -76,6 +79,7 @@ def make_orders(
                         "price": round(rng.uniform(1, 200), 2),
                         "quantity": rng.randint(1, 5),
                         "created_at": created,
+                        "country": COUNTRIES[(offset * 7 + partition) % len(COUNTRIES)],  # no rng draw
                     }
                 )
             record = Record(

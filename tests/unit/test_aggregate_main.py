@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from jobs.aggregate import hour_range, load_job_config
@@ -46,3 +48,54 @@ def test_numbers_dynamodb_cannot_hold_are_stored_as_text() -> None:
 def test_a_config_address_without_bucket_or_key_is_refused(location: str) -> None:
     with pytest.raises(ConfigError, match="is not an s3://bucket/key address"):
         load_job_config(location)
+
+
+@pytest.mark.parametrize("root", ["bucket", "hdfs://namenode/archive", "s3://", "file:relative/dir"])
+def test_an_archive_root_spark_and_boto3_cannot_both_read_is_refused(
+    root: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from jobs.aggregate import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--stream", "orders", "--archive-root", root])
+    assert exit_.value.code == 2
+    assert "--archive-root" in capsys.readouterr().err
+
+
+def test_the_archive_root_reaches_the_run(monkeypatch: pytest.MonkeyPatch, example_config: Any) -> None:
+    """``--archive-root s3://<bucket>`` (what the deployed schedule passes) is handed to the run,
+    which then reads Parquet, JSON Lines and CSV with Spark's readers from there."""
+    import jobs.aggregate as entry
+
+    seen: dict[str, Any] = {}
+
+    class Session:
+        def stop(self) -> None:
+            seen["stopped"] = True
+
+    class Builder:
+        def appName(self, _name: str) -> Builder:
+            return self
+
+        def getOrCreate(self) -> Session:
+            return Session()
+
+    class Report:
+        def summary(self) -> dict[str, Any]:
+            return {}
+
+    def run(_spark: Any, stream: Any, **kwargs: Any) -> Report:
+        seen.update(kwargs, stream=stream.name)
+        return Report()
+
+    monkeypatch.setattr(entry, "SparkSession", type("SparkSession", (), {"builder": Builder()}))
+    monkeypatch.setattr(entry, "run_aggregation", run)
+    monkeypatch.setattr(entry, "load_job_config", lambda _location: example_config)
+    monkeypatch.setattr(entry, "DynamoDBLedger", lambda name: name)
+    monkeypatch.setattr(entry, "AggregateSink", lambda name: name)
+    for name, value in (("TIDEMARK_BUCKET", "b"), ("TIDEMARK_LEDGER_TABLE", "l"), (entry.ENV_AGGREGATES_TABLE, "a")):
+        monkeypatch.setenv(name, value)
+    entry.main(["--stream", "orders", "--archive-root", "s3://archive-bucket"])
+    assert seen["archive_root"] == "s3://archive-bucket" and seen["bucket"] == "b" and seen["stopped"]
+    entry.main(["--stream", "orders"])
+    assert seen["archive_root"] is None

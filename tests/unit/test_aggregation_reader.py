@@ -1,4 +1,5 @@
-"""jobs.aggregation.reader: envelopes split by their byte template, without parsing values."""
+"""jobs.aggregation.reader: envelopes split by their byte template, without parsing values;
+values typed, and conformed to the run's sampled schema."""
 
 from __future__ import annotations
 
@@ -28,6 +29,10 @@ def rendered(values: list[bytes], headers=(("value", b'a,"headers":[x'),)) -> by
     return b"".join(JsonLinesFormat("none").lines(frames, context))
 
 
+KEY = "raw/orders/2026/11/21/08/orders+3+00000000000000000010-00000000000000000059.jsonl"
+GZ_KEY = KEY + ".gz"
+
+
 def test_split_gives_partition_offset_event_time_and_the_value_bytes():
     value = orjson.dumps({"a": 1, "headers": [1, 2], "s": 'x,"value":y'})  # the markers inside the value
     (line,) = rendered([value]).splitlines()
@@ -37,8 +42,8 @@ def test_split_gives_partition_offset_event_time_and_the_value_bytes():
 def test_read_object_handles_gzip_and_returns_the_values_as_typed_columns():
     values = [orjson.dumps({"n": n, "price": n * 1.5, "tag": f"t{n}"}) for n in range(50)]
     body = gzip.compress(rendered(values))
-    schema = value_schema([body])
-    batch = read_object(body, "2026-11-21T08", schema)
+    schema = value_schema([(GZ_KEY, body)])
+    batch = read_object(GZ_KEY, body, "2026-11-21T08", schema)
     assert batch.schema.names == ["hour", "epoch", "partition", "offset", "event_time", "n", "price", "tag"]
     assert batch.column("offset").to_pylist() == list(range(10, 60))
     assert batch.column("price").to_pylist() == [n * 1.5 for n in range(50)]
@@ -51,7 +56,7 @@ def test_values_are_conformed_to_the_sampled_schema():
     a field the sample did not have is left out (every task returns the same columns)."""
     sampled = pa.schema([("price", pa.float64()), ("customer_id", pa.string())])
     body = rendered([orjson.dumps({"price": 12, "other": 1}), orjson.dumps({"price": 3, "other": 2})])
-    batch = read_object(body, "2026-11-21T08", sampled)
+    batch = read_object(KEY, body, "2026-11-21T08", sampled)
     assert batch.schema.names == ["hour", "epoch", "partition", "offset", "event_time", "price", "customer_id"]
     assert batch.column("price").to_pylist() == [12.0, 3.0]
     assert batch.column("customer_id").to_pylist() == [None, None]
@@ -71,10 +76,10 @@ def test_a_field_whose_type_changes_between_records_is_still_read():
         orjson.dumps({"created_at": "2026-11-21T08:00:00Z", "price": 2.5, "tags": "b"}),
     ]
     body = rendered(values)
-    schema = value_schema([body])
+    schema = value_schema([(KEY, body)])
     assert schema.field("price").type == pa.float64()
     assert schema.field("created_at").type == pa.string()
-    batch = read_object(body, "2026-11-21T08", schema)
+    batch = read_object(KEY, body, "2026-11-21T08", schema)
     assert batch.column("price").to_pylist() == [2.0, 2.5]
     assert batch.column("created_at").to_pylist() == ["1795248000000", "2026-11-21T08:00:00Z"]
     assert batch.column("tags").to_pylist() == ['["a"]', "b"]
@@ -85,21 +90,21 @@ def test_the_run_schema_widens_over_samples_and_never_nulls_a_value():
     and neither object's prices are lost."""
     whole = rendered([orjson.dumps({"price": 10, "note": None})])
     fractional = rendered([orjson.dumps({"price": 2.5, "note": "n"})])
-    schema = value_schema([whole, fractional])
+    schema = value_schema([(KEY, whole), (KEY, fractional)])
     assert (schema.field("price").type, schema.field("note").type) == (pa.float64(), pa.string())
-    assert read_object(whole, "h", schema).column("price").to_pylist() == [10.0]
-    assert read_object(fractional, "h", schema).column("price").to_pylist() == [2.5]
+    assert read_object(KEY, whole, "h", schema).column("price").to_pylist() == [10.0]
+    assert read_object(KEY, fractional, "h", schema).column("price").to_pylist() == [2.5]
 
 
 def test_iso_timestamps_stay_text():
     body = rendered([orjson.dumps({"created_at": "2026-11-21T08:00:00Z", "price": 1.0})])
-    schema = value_schema([body])
+    schema = value_schema([(KEY, body)])
     assert schema.field("created_at").type == pa.string()
-    assert read_object(body, "h", schema).column("created_at").to_pylist() == ["2026-11-21T08:00:00Z"]
+    assert read_object(KEY, body, "h", schema).column("created_at").to_pylist() == ["2026-11-21T08:00:00Z"]
 
 
 def test_a_value_that_cannot_take_the_run_type_fails_loudly():
     sampled = pa.schema([("price", pa.float64())])
     body = rendered([orjson.dumps({"price": {"amount": 1}})])
     with pytest.raises(EnvelopeError, match="field 'price'"):
-        read_object(body, "h", sampled)
+        read_object(KEY, body, "h", sampled)

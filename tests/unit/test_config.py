@@ -570,3 +570,91 @@ def test_pipeline_values_emr_would_refuse(pipeline: dict[str, str], field: str) 
 def test_cloudformation_accepts_these_capacity_spellings() -> None:
     config = parse_config({**minimal(), "pipeline": {"max_cpu": "16vCPU", "max_memory": "120 GB"}})
     assert (config.pipeline.max_cpu, config.pipeline.max_memory) == ("16vCPU", "120 GB")
+
+
+# -- formats and partitioning ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fmt", "default"),
+    [
+        ("jsonl", "gzip"),
+        ("parquet", "snappy"),
+        ("avro", "deflate"),
+        ("csv", "gzip"),
+        ("text", "gzip"),
+        ("bytes", "gzip"),
+    ],
+)
+def test_each_format_takes_its_default_compression(fmt: str, default: str) -> None:
+    stream = parse_config(minimal(format={"type": fmt}, aggregations=[])).streams[0]
+    assert (stream.format.type, stream.format.compression) == (fmt, default)
+
+
+@pytest.mark.parametrize(
+    ("fmt", "codec"), [("jsonl", "snappy"), ("parquet", "deflate"), ("avro", "zstd"), ("csv", "lz4"), ("text", "null")]
+)
+def test_a_codec_the_format_lacks_is_named(fmt: str, codec: str) -> None:
+    message = config_error(minimal(format={"type": fmt, "compression": codec}))
+    assert f"streams[0].format: compression {codec!r} is not one {fmt} supports (" in message
+
+
+def test_format_options_belong_to_their_formats() -> None:
+    schema = {"fields": [{"name": "price", "type": "double"}]}
+    assert "value_schema is for parquet and avro" in config_error(
+        minimal(format={"type": "csv", "value_schema": schema})
+    )
+    assert "columns is for csv" in config_error(minimal(format={"type": "parquet", "columns": ["offset"]}))
+    assert "neither an envelope field" in config_error(minimal(format={"type": "csv", "columns": ["price"]}))
+    ok = parse_config(minimal(format={"type": "csv", "columns": ["offset", "value.customer.id"]})).streams[0]
+    assert ok.format.csv_columns == ("offset", "value.customer.id")
+
+
+def test_aggregations_need_a_format_that_keeps_positions() -> None:
+    aggregations = [{"name": "n", "metrics": {"c": "count(*)"}}]
+    assert "keeps each record's partition and offset" in config_error(
+        minimal(format={"type": "text"}, aggregations=aggregations)
+    )
+    assert "csv without those columns" in config_error(
+        minimal(format={"type": "csv", "columns": ["offset", "value.price"]}, aggregations=aggregations)
+    )
+    parse_config(minimal(format={"type": "parquet"}, aggregations=aggregations))
+
+
+def test_value_schema_from_an_avro_schema_file(tmp_path: Path) -> None:
+    avsc = {
+        "type": "record",
+        "name": "Order",
+        "fields": [
+            {"name": "order_id", "type": "string"},
+            {"name": "quantity", "type": "int"},
+            {"name": "price", "type": ["null", "float"]},
+        ],
+    }
+    (tmp_path / "orders.avsc").write_text(json.dumps(avsc))
+    data = minimal(format={"type": "avro", "value_schema": {"avro_schema": "orders.avsc"}})
+    (tmp_path / "tidemark.yaml").write_text(yaml.safe_dump(data))
+    fields = load_config(tmp_path / "tidemark.yaml").streams[0].format.value_schema.fields  # type: ignore[union-attr]
+    assert [(f.name, f.type, f.nullable) for f in fields] == [
+        ("order_id", "string", False),
+        ("quantity", "long", False),
+        ("price", "double", True),
+    ]
+    (tmp_path / "orders.avsc").write_text(json.dumps({**avsc, "fields": [{"name": "tags", "type": "array"}]}))
+    with pytest.raises(ConfigError, match="field 'tags' has type 'array'"):
+        load_config(tmp_path / "tidemark.yaml")
+    (tmp_path / "orders.avsc").unlink()
+    with pytest.raises(ConfigError, match=r"value_schema.avro_schema: cannot read"):
+        load_config(tmp_path / "tidemark.yaml")
+
+
+def test_partition_by_names_are_checked() -> None:
+    stream = parse_config(minimal(partition_by={"fields": ["_value.Country", "_key"]})).streams[0]
+    assert [f.name for f in stream.partition_by.fields] == ["country", "record_key"]
+    assert "taken by an archive column" in config_error(minimal(partition_by={"fields": ["_value.offset"]}))
+    assert "partition names must be unique" in config_error(
+        minimal(partition_by={"fields": ["_value.a.id", "_value.b.id"]})
+    )
+    assert "String should match pattern" in config_error(minimal(partition_by={"fields": ["value.country"]}))
+    named = minimal(partition_by={"fields": [{"field": "_value.a.id", "name": "a_id"}, "_value.b.id"]})
+    assert [f.name for f in parse_config(named).streams[0].partition_by.fields] == ["a_id", "id"]

@@ -201,7 +201,7 @@ def test_an_accept_the_cheap_check_lets_through_always_fits_sealed(existing, new
         planned.append((key(hour), SegmentStore.planned_ref(key(hour), offset, last, 1, 9, T0)))
         offset = last + 1
     opened = len({str(k) for k, _ref in planned} - set(state.buffers))
-    if budget.cheap_fits(state, segments=len(planned), new_buffers=opened, spec=spec, key_bound=120):
+    if budget.cheap_fits(state, segments=len(planned), new_buffers=opened, buffer_extra=len(spec), key_bound=120):
         accepted = state.accept(planned, offset - 1, T0, spec, fingerprints=[(1, 2**32 - 1), (offset, 2**32 - 1)])
         sealed = accepted.seal(dict.fromkeys(accepted.buffers, "max_age"), lambda b: f"{b.first:0120d}", T0)
         assert item_size(state_to_item(sealed)) <= budget.budget

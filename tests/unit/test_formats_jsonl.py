@@ -190,10 +190,11 @@ def test_format_properties_and_factory() -> None:
         9,
     )
     assert format_for("jsonl", "none").extension == "jsonl"
-    with pytest.raises(ValueError, match="unsupported format 'avro'"):
-        format_for("avro", "gzip")
-    with pytest.raises(ValueError, match="unsupported compression 'zstd'"):
-        JsonLinesFormat(compression="zstd")
+    assert format_for("jsonl", "zstd").extension == "jsonl.zst"
+    with pytest.raises(ValueError, match="unsupported format 'orc'"):
+        format_for("orc", "gzip")
+    with pytest.raises(ValueError, match="unsupported compression 'snappy'"):
+        JsonLinesFormat(compression="snappy")
 
 
 def test_gzip_level_changes_nothing_but_the_compressed_bytes() -> None:
@@ -231,3 +232,70 @@ def test_byte_template_equals_the_envelope_serialised_by_orjson(value_encoding: 
     }
     assert line == orjson.dumps(envelope, option=orjson.OPT_APPEND_NEWLINE)
     assert json.loads(line)["topic"] == 'to"p\\ic'
+
+
+def test_zstd_output_is_the_same_lines() -> None:
+    import zstandard
+
+    body = render(FRAMES, fmt=JsonLinesFormat(compression="zstd"))
+    assert zstandard.ZstdDecompressor().decompressobj().decompress(body) == gzip.decompress(render(FRAMES))
+    assert body == render(list(FRAMES), fmt=JsonLinesFormat(compression="zstd"))
+
+
+@pytest.mark.parametrize("compression", ["gzip", "zstd", "none"])
+def test_read_gives_back_archived_records_and_dead_letters(compression: str) -> None:
+    from tidemark.formats.base import ArchivedEnvelope
+
+    value = b'{\n  "big": 123456789012345678901234567890, "f": 1.0e+2\r\n}'
+    frames = [*FRAMES, Frame(RAW, 103, -1, EVENT, b"", value, (("h", b"v"), ("e", "\u00e9".encode())))]
+    fmt = JsonLinesFormat(compression=compression)
+    read = list(fmt.read(render(frames, fmt=fmt), CONTEXT))
+    assert read == [
+        ArchivedEnvelope("orders", 3, 100, TS, EVENT, b"o-1000", FRAMES[0].value, (("source", b"web"),)),
+        ArchivedEnvelope("orders", 3, 101, TS + 1, EVENT + 1, None, b'{"n":1}', ()),
+        ArchivedEnvelope(
+            "orders",
+            3,
+            102,
+            TS + 2,
+            None,
+            b"o-1003",
+            b"not json at all",
+            (("source", b"web"), ("bin", b"\xff\x00")),
+            error="invalid_value_encoding: value is not JSON (unexpected character)",
+        ),
+        ArchivedEnvelope(
+            "orders",
+            3,
+            103,
+            -1,
+            EVENT,
+            b"",
+            value.replace(b"\r", b" ").replace(b"\n", b" "),  # every token as produced
+            (("h", b"v"), ("e", "\u00e9".encode())),
+        ),
+    ]
+
+
+@pytest.mark.parametrize("encoding", ["text", "bytes"])
+def test_read_of_text_and_bytes_encodings(encoding: str) -> None:
+    from tidemark.formats.base import ArchivedEnvelope
+
+    context = RenderContext("t", 0, encoding, encoding, encoding)
+    frames = [
+        Frame(RAW, 1, TS, EVENT, "k\u00e9".encode(), 'caf\u00e9 "x"\n'.encode(), (("h", b"v"),)),
+        Frame(RAW, 2, TS, EVENT, None, b"", ()),
+    ]
+    if encoding == "bytes":
+        frames.append(Frame(RAW, 3, TS, EVENT, b"\xff", bytes(range(256)), (("b", b"\xfe"),)))
+    fmt = JsonLinesFormat()
+    assert list(fmt.read(render(frames, context, fmt), context)) == [
+        ArchivedEnvelope("t", 0, f.offset, f.timestamp_ms, f.event_time_ms, f.key, f.value, f.headers) for f in frames
+    ]
+
+
+def test_read_of_a_line_not_written_by_the_template_re_serialises_the_value() -> None:
+    line = b'{"offset":1,"topic":"t","partition":0,"timestamp":5,"event_time":"1970-01-01T00:00:00.007Z",'
+    line += b'"key":null,"value":{"a": 1},"headers":[]}\n'
+    (envelope,) = JsonLinesFormat("none").read(line, CONTEXT)
+    assert (envelope.offset, envelope.event_time_ms, envelope.value) == (1, 7, b'{"a":1}')

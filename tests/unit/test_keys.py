@@ -7,7 +7,14 @@ from typing import Any
 import pytest
 
 from tidemark.exceptions import UnsafePathError
-from tidemark.objects.keys import hour_of_key, object_key
+from tidemark.objects.keys import (
+    epoch_of_key,
+    folders_of_key,
+    hour_folder_of_key,
+    hour_of_key,
+    object_key,
+    positions_of_key,
+)
 
 
 def test_documented_example() -> None:
@@ -100,3 +107,34 @@ def test_hour_of_key_inverts_the_folder_of_object_key():
     for bad in ("raw/orders/2026/11/21/orders+0+1-2.jsonl", "raw/orders/2026/xx/21/07/o.jsonl", ""):
         with pytest.raises(UnsafePathError):
             hour_of_key(bad)
+
+
+# -- partition-by folders and Hive hour folders ---------------------------------------------------
+
+
+def test_partition_folders_go_between_the_stream_and_the_hour() -> None:
+    key = object_key("raw", "orders", "2026-11-21T07", 3, 100, 199, "parquet", folders="US/acme")
+    assert key == "raw/orders/US/acme/2026/11/21/07/orders+3+00000000000000000100-00000000000000000199.parquet"
+    assert (hour_of_key(key), folders_of_key(key), positions_of_key(key)) == ("2026-11-21T07", "US/acme", (3, 100, 199))
+
+
+def test_hive_hour_folders_and_keys_and_values() -> None:
+    key = object_key("raw", "orders", "2026-11-21T07", 3, 100, 199, "avro", 2, folders="country=US", hive_hours=True)
+    assert key == (
+        "raw/orders/country=US/year=2026/month=11/day=21/hour=07/"
+        "orders+3+e2+00000000000000000100-00000000000000000199.avro"
+    )
+    assert (hour_of_key(key), folders_of_key(key), epoch_of_key(key)) == ("2026-11-21T07", "country=US", 2)
+    assert hour_folder_of_key(key) == "raw/orders/country=US/year=2026/month=11/day=21/hour=07/"
+
+
+@pytest.mark.parametrize("folders", ["..", "../x", "a//b", "/a", "a/", "a b", "é"])
+def test_unsafe_folders_are_refused(folders: str) -> None:
+    with pytest.raises(UnsafePathError):
+        object_key("raw", "orders", "2026-11-21T07", 3, 100, 199, "parquet", folders=folders)
+
+
+def test_keys_are_a_pure_function_of_their_inputs() -> None:
+    args = ("raw", "orders", "2026-11-21T07", 3, 100, 199, "csv.zst")
+    assert object_key(*args, folders="a/b") == object_key(*args, folders="a/b")
+    assert len({object_key(*args, folders=f) for f in ("a/b", "a", "b/a", "")}) == 4

@@ -229,3 +229,68 @@ def test_json_with_big_integers_is_archived_unchanged(stream: StreamConfig) -> N
     routed = router(stream).route(order(value))
     assert (routed.buffer, routed.reason) == (BufferKey("raw", "2025-11-21T07"), "")
     assert single_frame(routed).value == value
+
+
+# -- partition_by, value schema, text format ------------------------------------------------------
+
+
+def configured(stream: StreamConfig, **sections: Any) -> StreamConfig:
+    return StreamConfig.model_validate({**stream.model_dump(), **sections})
+
+
+def test_partition_by_puts_records_under_their_folders(stream: StreamConfig) -> None:
+    partitioned = configured(
+        stream, partition_by={"fields": ["_value.country", "_header.tenant"], "style": "keys_and_values"}
+    )
+    value = b'{"order_id":"o-1","country":"../../x","created_at":"2026-11-21T07:12:33Z"}'
+    routed = router(partitioned).route(order(value, headers=(("tenant", b"acme"),)))
+    assert routed.buffer == BufferKey("raw", "2026-11-21T07", "country=..%2F..%2Fx/tenant=acme")
+    assert str(routed.buffer) == "raw/2026-11-21T07/country=..%2F..%2Fx/tenant=acme"
+    assert BufferKey.parse(str(routed.buffer)) == routed.buffer
+
+
+def test_a_missing_partition_field_is_a_folder_or_a_dead_letter(stream: StreamConfig) -> None:
+    value = b'{"order_id":"o-1","created_at":"2026-11-21T07:12:33Z"}'
+    folder = router(configured(stream, partition_by={"fields": ["_value.country"]})).route(order(value))
+    assert folder.buffer == BufferKey("raw", "2026-11-21T07", "__missing__")
+    strict = configured(stream, partition_by={"fields": ["_value.country"], "missing": "dead_letter"})
+    dead = router(strict).route(order(value))
+    assert (dead.buffer.kind, dead.reason) == ("errors", "missing_partition_value")
+    assert single_frame(dead).reason == "missing_partition_value: partition_by field _value.country is missing"
+    assert single_frame(dead).value == value  # every original byte kept
+
+
+def test_a_value_breaking_the_declared_schema_is_dead_lettered(stream: StreamConfig) -> None:
+    typed = configured(
+        stream,
+        format={
+            "type": "parquet",
+            "value_schema": {
+                "fields": [
+                    {"name": "order_id", "type": "string"},
+                    {"name": "price", "type": "double"},
+                    {"name": "created_at", "type": "string"},
+                ]
+            },
+        },
+    )
+    good = b'{"order_id":"o-1","price":12,"created_at":"2026-11-21T07:12:33Z"}'
+    bad = b'{"order_id":"o-1","price":"12","created_at":"2026-11-21T07:12:33Z"}'
+    assert router(typed).route(order(good)).reason == ""
+    routed = router(typed).route(order(bad))
+    assert (routed.buffer.kind, routed.reason) == ("errors", "schema_mismatch")
+    assert "'price' is str" in single_frame(routed).reason
+    assert single_frame(routed).value == bad
+
+
+def test_the_text_format_dead_letters_multi_line_text_values(stream: StreamConfig) -> None:
+    text = configured(
+        stream,
+        encoding={"value": "text"},
+        event_time={"source": "record_timestamp"},
+        aggregations=[],
+        format={"type": "text"},
+    )
+    assert router(text).route(order(b"one line")).reason == ""
+    routed = router(text).route(order(b"two\nlines"))
+    assert (routed.buffer.kind, routed.reason) == ("errors", "multiline_text_value")

@@ -380,7 +380,10 @@ def test_pipeline_runs_the_job_asset_with_the_tables_in_its_environment(
     assert task["Resource"].endswith(":states:::emr-serverless:startJobRun.sync")
     submit = task["Parameters"]["JobDriver"]["SparkSubmit"]
     config_url = render(stack.resolve(stack.pipeline.config_asset.s3_object_url))
-    assert submit["EntryPointArguments.$"] == f"States.Array('--stream', $.stream, '--config', '{config_url}')"
+    bucket = render(stack.resolve(stack.storage.bucket.bucket_name))
+    assert submit["EntryPointArguments.$"] == (
+        f"States.Array('--stream', $.stream, '--config', '{config_url}', '--archive-root', 's3://{bucket}')"
+    )
     assert config_url.endswith(".json")
     assert submit["EntryPoint"].startswith("s3://") and submit["EntryPoint"].endswith(".py")
     assert submit["SparkSubmitParameters"].startswith("--py-files s3://")
@@ -450,3 +453,18 @@ def test_alarms_notify_the_topic(stack: TidemarkStack, template: Template) -> No
     expression = next(m["Expression"] for m in lag["Metrics"] if "Expression" in m)
     assert expression == "IF(lag > 100000 AND DIFF(lag) > 0, 1, 0)"
     template.has_resource_properties("AWS::SNS::Topic", {"KmsMasterKeyId": Match.any_value()})
+
+
+def test_spark_readers_may_list_only_the_streams_raw_prefixes(stack: TidemarkStack, template: Template) -> None:
+    """The job reads Parquet/JSON/CSV through EMRFS (``--archive-root``), which lists an object's
+    folder to find it: ``s3:ListBucket`` on the bucket, conditioned on the streams' raw prefixes."""
+    role = logical_id(stack.pipeline.job_role)
+    listing = [
+        statement
+        for policy in template.find_resources("AWS::IAM::Policy").values()
+        if {"Ref": role} in policy["Properties"]["Roles"]
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+        if "s3:ListBucket" in listed(statement["Action"])
+    ]
+    assert len(listing) == 1
+    assert listing[0]["Condition"] == {"StringLike": {"s3:prefix": ["raw/orders/*", "raw/orders/"]}}

@@ -16,13 +16,18 @@ from tidemark.buffers import ERRORS_KIND, RAW_KIND, BufferKey
 from tidemark.clock import Clock
 from tidemark.config.model import StreamConfig
 from tidemark.eventtime import MAX_MS, MIN_MS, EventTimeError, HourBucketer, build_extractor
+from tidemark.partitioning import MissingPartitionValue, Partitioner
 from tidemark.records.model import Record
 from tidemark.staging.frames import DEAD_LETTER, NO_EVENT_TIME, RAW, encode_frame
+from tidemark.valueschema import ValueSchema
 
 OVERSIZED = "oversized"
 INVALID_VALUE = "invalid_value_encoding"
 INVALID_KEY = "invalid_key_encoding"
 INVALID_HEADER = "invalid_header_encoding"
+SCHEMA_MISMATCH = "schema_mismatch"
+MISSING_PARTITION_VALUE = "missing_partition_value"
+MULTILINE_TEXT = "multiline_text_value"  # format text keeps one value per line
 
 
 class Rejected(Exception):
@@ -48,15 +53,21 @@ class Router:
         self._value_encoding = stream.encoding.value
         self._key_text = stream.encoding.key == "text"
         self._headers_text = stream.encoding.headers == "text"
-        self._needs_parse = stream.event_time.source == "json_field"
-        self._keys: dict[tuple[str, str], BufferKey] = {}
+        schema = stream.format.value_schema
+        self._schema = ValueSchema(schema.fields) if schema is not None else None
+        self._one_line = stream.format.type == "text" and self._value_encoding == "text"
+        self._partitioner = Partitioner(stream.partition_by)
+        self._needs_parse = (
+            stream.event_time.source == "json_field" or self._schema is not None or self._partitioner.needs_value
+        )
+        self._keys: dict[tuple[str, str, str], BufferKey] = {}
 
-    def _key(self, kind: str, hour: str) -> BufferKey:
-        key = self._keys.get((kind, hour))
+    def _key(self, kind: str, hour: str, folders: str = "") -> BufferKey:
+        key = self._keys.get((kind, hour, folders))
         if key is None:
-            if len(self._keys) > 10_000:  # a long-lived container meeting many distinct hours
+            if len(self._keys) > 10_000:  # a long-lived container meeting many distinct hours or values
                 self._keys.clear()
-            key = self._keys[(kind, hour)] = BufferKey(kind, hour)
+            key = self._keys[(kind, hour, folders)] = BufferKey(kind, hour, folders)
         return key
 
     def _check(self, record: Record) -> object:
@@ -83,23 +94,30 @@ class Router:
                 parsed = orjson.loads(record.value)
             except orjson.JSONDecodeError as exc:
                 raise Rejected(INVALID_VALUE, f"value is not JSON ({exc})") from None
+            if self._schema is not None and (why := self._schema.mismatch(parsed)) is not None:
+                raise Rejected(SCHEMA_MISMATCH, why)
         elif self._value_encoding == "text":
             try:
                 record.value.decode("utf-8")
             except UnicodeDecodeError:
                 raise Rejected(INVALID_VALUE, "value is not UTF-8") from None
+            if self._one_line and (b"\n" in record.value or b"\r" in record.value):
+                raise Rejected(MULTILINE_TEXT, "the text format keeps one value per line; this value has a line break")
         return parsed if self._needs_parse else None
 
     def route(self, record: Record) -> Routed:
         try:
             parsed = self._check(record)
             event_ms = self._extract(record, parsed)
+            folders = self._partitioner.folders(record, parsed)
         except (Rejected, EventTimeError) as exc:
             return self.dead_letter(record, exc.reason, exc.detail)
+        except MissingPartitionValue as exc:
+            return self.dead_letter(record, MISSING_PARTITION_VALUE, str(exc))
         frame = encode_frame(
             RAW, record.offset, record.timestamp_ms, event_ms, record.key, record.value, record.headers
         )
-        return Routed(self._key(RAW_KIND, self._hours.label(event_ms)), frame, "", event_ms)
+        return Routed(self._key(RAW_KIND, self._hours.label(event_ms), folders), frame, "", event_ms)
 
     def dead_letter(self, record: Record, reason: str, detail: str) -> Routed:
         # Filed under its Kafka timestamp's hour; a timestamp that is itself unusable (-1, or a

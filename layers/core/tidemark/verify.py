@@ -7,16 +7,22 @@ objects themselves, never the writer's own counters.
 from __future__ import annotations
 
 import base64
-import gzip
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from tidemark.clock import SystemClock
+from tidemark.config.model import COMPRESSIONS, ArchiveSettings, StreamConfig
 from tidemark.eventtime import hour_path
-from tidemark.objects.keys import epoch_of_key
+from tidemark.formats import RenderSpec, format_of
+from tidemark.formats.base import ArchivedEnvelope
+from tidemark.objects.keys import epoch_of_key, folders_of_key, hour_of_key, positions_of_key
+from tidemark.partitioning import MissingPartitionValue, Partitioner
+from tidemark.records.model import Record
+from tidemark.writer.stream import StreamContext
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -45,6 +51,9 @@ class ArchivedRecord:
     error: str
     meta: RecordMeta
     epoch: int = 0  # the position epoch of its object (``+e<n>+`` in the key)
+    folders: str = ""  # the partition-by folders of its object
+    fields: dict[str, Any] | None = None  # typed or flattened value fields, when the format stores those
+    kept: frozenset[str] = frozenset({"topic", "key", "headers"})  # the metadata its format keeps
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,20 +124,31 @@ def _value_bytes(value: Any, encoding: str) -> bytes:
     return orjson.dumps(value)
 
 
-def _meta(envelope: dict[str, Any], dead: bool, key_encoding: str, header_encoding: str) -> RecordMeta:
-    if dead:  # dead letters keep every byte in base64, whatever the encodings
-        key = envelope["key_base64"]
-        return RecordMeta(
-            envelope["topic"],
-            None if key is None else base64.b64decode(key),
-            tuple((h["key"], base64.b64decode(h["value_base64"])) for h in envelope["headers"]),
-        )
-    key = envelope["key"]
-    return RecordMeta(
-        envelope["topic"],
-        None if key is None else _value_bytes(key, key_encoding),
-        tuple((h["key"], _value_bytes(h["value"], header_encoding)) for h in envelope["headers"]),
-    )
+_FORMAT_OF_EXTENSION = {"jsonl": "jsonl", "parquet": "parquet", "avro": "avro", "csv": "csv", "txt": "text"}
+_FORMAT_OF_EXTENSION["bin"] = "bytes"
+_CODEC_OF_SUFFIX = {"gz": "gzip", "zst": "zstd"}
+
+
+def spec_of_key(key: str, spec: RenderSpec) -> RenderSpec:
+    """The render spec an object was written under, as far as its key tells (format and codec)
+    and the stream's configuration tells the rest (encodings, value schema, csv columns)."""
+    name = key.rsplit("/", 1)[-1]
+    extension = name.split(".", 1)[1] if "." in name else ""
+    kind, _, suffix = extension.partition(".")
+    if kind not in _FORMAT_OF_EXTENSION:
+        raise ValueError(f"not an archive object: {key!r}")
+    fmt = _FORMAT_OF_EXTENSION[kind]
+    if fmt in ("parquet", "avro"):
+        compression = spec.compression if spec.format == fmt else COMPRESSIONS[fmt][0]  # inside the file
+    else:
+        compression = _CODEC_OF_SUFFIX.get(suffix, "none")
+    return replace(spec, format=fmt, compression=compression)
+
+
+def _render_spec(stream: StreamConfig | None, value: str, key: str, headers: str) -> RenderSpec:
+    if stream is not None:
+        return RenderSpec.decode(StreamContext.build(stream, ArchiveSettings(), SystemClock()).spec)
+    return RenderSpec("jsonl", "gzip", 6, "", key, value, headers)
 
 
 def read_archive(
@@ -140,43 +160,62 @@ def read_archive(
     value_encoding: str = "json",
     key_encoding: str = "text",
     header_encoding: str = "text",
+    *,
+    config: StreamConfig | None = None,
 ) -> tuple[list[ArchivedRecord], int, Counter[str]]:
-    """Every record in every object of the stream, with the object it came from."""
+    """Every record in every object of the stream, with the object it came from, read with the
+    reader of the object's format. Records of a format that does not keep positions (text) have
+    offset -1 until ``verify_archive`` matches them to what was produced."""
+    spec = _render_spec(config, value_encoding, key_encoding, header_encoding)
+    errors_spec = replace(spec, format="jsonl", compression="gzip", value_schema="", columns="")
     found: list[ArchivedRecord] = []
     per_hour: Counter[str] = Counter()
     keys = 0
     for prefix, dead in ((raw_prefix, False), (errors_prefix, True)):
         for key in _list_keys(s3, bucket, f"{prefix}/{stream}/"):
             keys += 1
-            folder = "/".join(key.split("/")[2:6])
+            folder = hour_path(hour_of_key(key))
             if not dead:
                 per_hour[folder] += 1
             body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
-            if key.endswith(".gz"):
-                body = gzip.decompress(body)
-            for line in body.splitlines():
-                envelope = orjson.loads(line)
-                if dead:
-                    value = base64.b64decode(envelope["value_base64"])
-                    error = envelope["error"]
-                else:
-                    value = _value_bytes(envelope["value"], value_encoding)
-                    error = ""
-                meta = _meta(envelope, dead, key_encoding, header_encoding)
-                found.append(
-                    ArchivedRecord(
-                        envelope["partition"],
-                        envelope["offset"],
-                        key,
-                        folder,
-                        value,
-                        dead,
-                        error,
-                        meta,
-                        epoch_of_key(key),
-                    )
-                )
+            object_spec = spec_of_key(key, errors_spec if dead else spec)
+            partition = positions_of_key(key)[0]
+            kept = _kept(object_spec)
+            for envelope in format_of(object_spec).read(body, object_spec.context(partition, key)):
+                found.append(_archived(envelope, key, folder, partition, dead, kept))
     return found, keys, per_hour
+
+
+def _archived(
+    envelope: ArchivedEnvelope, key: str, folder: str, partition: int, dead: bool, kept: frozenset[str]
+) -> ArchivedRecord:
+    value = envelope.value if envelope.value is not None else orjson.dumps(envelope.fields)
+    return ArchivedRecord(
+        envelope.partition if envelope.partition is not None else partition,
+        envelope.offset if envelope.offset is not None else -1,
+        key,
+        folder,
+        value,
+        dead,
+        envelope.error,
+        RecordMeta(envelope.topic or "", envelope.key, envelope.headers or ()),
+        epoch_of_key(key),
+        folders_of_key(key),
+        envelope.fields,
+        kept,
+    )
+
+
+_META = frozenset({"topic", "key", "headers"})
+
+
+def _kept(spec: RenderSpec) -> frozenset[str]:
+    """The record metadata (topic, key, headers) objects of this spec keep."""
+    if spec.format == "text":
+        return frozenset()
+    if spec.format == "csv":
+        return _META & set(spec.context(0).columns)
+    return _META
 
 
 def verify_archive(
@@ -190,21 +229,29 @@ def verify_archive(
     value_encoding: str = "json",
     key_encoding: str = "text",
     header_encoding: str = "text",
+    config: StreamConfig | None = None,
 ) -> VerificationReport:
     """Compare the S3 archive of ``stream`` with the produced records.
 
-    Every produced record must appear exactly once: in the folder of its expected event hour,
-    or in the dead-letter prefix when ``hour`` is ``None``; its value must survive unchanged
-    (compared as parsed JSON for JSON streams, since the envelope embeds the value as JSON), and
-    so must its topic, key and headers where the expectation carries them.
+    Every produced record must appear exactly once: in the folder of its expected event hour
+    (and, with ``config`` naming partition-by fields, under the folders its content selects), or
+    in the dead-letter prefix when ``hour`` is ``None``; its value must survive unchanged
+    (compared as parsed JSON for JSON streams, field by field where the format stored typed or
+    flattened fields), and so must its topic, key and headers where the expectation carries
+    them and the format keeps them. ``config`` (the stream's configuration) tells the encodings,
+    value schema and csv columns; without it the encoding arguments do.
     """
+    if config is not None:
+        value_encoding = config.encoding.value
     archived, objects, per_hour = read_archive(
-        s3, bucket, stream, raw_prefix, errors_prefix, value_encoding, key_encoding, header_encoding
+        s3, bucket, stream, raw_prefix, errors_prefix, value_encoding, key_encoding, header_encoding, config=config
     )
-    report = VerificationReport(objects=objects, objects_per_hour=per_hour)
     wanted = {identity(item.partition, item.offset, item.epoch): item for item in expected}
+    archived = _place_unpositioned(archived, wanted, value_encoding)
+    report = VerificationReport(objects=objects, objects_per_hour=per_hour)
     report.produced = len(wanted)
     report.produced_by_partition.update(ident[0] for ident in wanted)
+    folders_of = _expected_folders(config)
     seen: Counter[tuple[int, ...]] = Counter()
     for record in archived:
         ident = identity(record.partition, record.offset, record.epoch)
@@ -223,20 +270,99 @@ def verify_archive(
             continue
         if seen[ident] == 2:
             report.duplicated.append(ident)
-        intact = want.meta is None or record.meta == want.meta
+        intact = want.meta is None or _same_meta(record, want.meta)
         if want.hour is None:
             if not record.dead_letter:
                 report.misfiled.append((*ident, record.key))
             elif record.value != want.value:
                 intact = False
         else:
-            if record.dead_letter or record.folder != hour_path(want.hour):
+            misfiled = record.dead_letter or record.folder != hour_path(want.hour)
+            if misfiled or (folders_of is not None and record.folders != folders_of(want)):
                 report.misfiled.append((*ident, record.key))
-            elif value_encoding == "json":
-                intact = intact and orjson.loads(record.value) == orjson.loads(want.value)
             else:
-                intact = intact and record.value == want.value
+                intact = intact and _same_value(record, want.value, value_encoding)
         if not intact:
             report.corrupted.append(ident)
     report.lost = sorted(ident for ident in wanted if ident not in seen)
     return report
+
+
+def _same_meta(record: ArchivedRecord, meta: RecordMeta) -> bool:
+    kept = record.kept
+    return (
+        ("topic" not in kept or record.meta.topic == meta.topic)
+        and ("key" not in kept or record.meta.key == meta.key or (record.meta.key or b"") == (meta.key or b""))
+        and ("headers" not in kept or record.meta.headers == meta.headers)
+    )
+
+
+def _same_value(record: ArchivedRecord, produced: bytes, encoding: str) -> bool:
+    if record.fields is None:
+        if encoding == "json":
+            return bool(orjson.loads(record.value) == orjson.loads(produced))
+        return record.value == produced
+    original = orjson.loads(produced)
+    if not isinstance(original, dict):
+        return False
+    if all("." not in name for name in record.fields) and set(record.fields) >= set(original):
+        # typed columns of a declared schema: absent and null are both null; 12 == 12.0
+        return all(record.fields[name] == original.get(name) for name in record.fields)
+    return all(cell == _cell(original, path) for path, cell in record.fields.items())  # csv value.<path> columns
+
+
+def _cell(value: Any, path: str) -> str | None:
+    """What a csv ``value.<path>`` column holds for ``value``."""
+    for part in path.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    if value is None:
+        return None
+    return value if isinstance(value, str) else orjson.dumps(value).decode()
+
+
+def _expected_folders(config: StreamConfig | None) -> Any:
+    """``want -> folders`` when the stream is partitioned (None: not checked)."""
+    if config is None or not config.partition_by.fields:
+        return None
+    partitioner = Partitioner(config.partition_by)
+
+    def folders(want: ExpectedRecord) -> str:
+        meta = want.meta or RecordMeta(config.source.topic, None, ())
+        record = Record(meta.topic, want.partition, want.offset, 0, want.value, meta.key, meta.headers)
+        parsed = orjson.loads(want.value) if partitioner.needs_value else None
+        try:
+            return partitioner.folders(record, parsed)
+        except MissingPartitionValue:
+            return "<dead-lettered>"
+
+    return folders
+
+
+def _place_unpositioned(
+    archived: list[ArchivedRecord], wanted: dict[tuple[int, ...], ExpectedRecord], encoding: str
+) -> list[ArchivedRecord]:
+    """Give records of formats without offsets (text) the offset of the produced record they
+    are: the next one, in offset order, of the object's partition, epoch and offset range (its
+    key names them) whose value they equal. One that matches none keeps offset -1 (unexpected)."""
+    if all(record.offset >= 0 for record in archived):
+        return archived
+    candidates: dict[tuple[int, int], list[ExpectedRecord]] = defaultdict(list)
+    for want in sorted(wanted.values(), key=lambda item: item.offset):
+        candidates[(want.partition, want.epoch)].append(want)
+    taken: set[tuple[int, ...]] = set()
+    placed = []
+    for record in archived:
+        if record.offset >= 0:
+            placed.append(record)
+            continue
+        _partition, first, last = positions_of_key(record.key)
+        for want in candidates[(record.partition, record.epoch)]:
+            ident = identity(want.partition, want.offset, want.epoch)
+            if first <= want.offset <= last and ident not in taken and _same_value(record, want.value, encoding):
+                taken.add(ident)
+                record = replace(record, offset=want.offset)
+                break
+        placed.append(record)
+    return placed

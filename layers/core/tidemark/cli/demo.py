@@ -58,6 +58,23 @@ def demo(
         ),
     ] = False,
     seed: Annotated[int, typer.Option(help="Seed for the workload and the chaos; a run replays with its seed.")] = 7,
+    format: Annotated[
+        str | None,
+        typer.Option(
+            "--format",
+            help="Archive in this format instead of the stream's (jsonl, parquet, avro, csv, text, bytes), "
+            "with its default compression.",
+        ),
+    ] = None,
+    compression: Annotated[str | None, typer.Option(help="And this compression (e.g. zstd).")] = None,
+    partition_by: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--partition-by",
+            help="Partition objects by this field (_key, _value.<path>, _header.<name>, _topic, _partition); "
+            "repeat for more levels.",
+        ),
+    ] = None,
     bootstrap_servers: Annotated[
         str | None, typer.Option(help="Use this Kafka (host:port,...) instead of starting the embedded broker.")
     ] = None,
@@ -125,6 +142,9 @@ def demo(
             aggregate=not no_aggregate,
             chaos=chaos,
             recreate_topic=recreate_topic,
+            format=format,
+            compression=compression,
+            partition_by=tuple(partition_by or ()),
             crash_rate=crash_rate,
             lost_commit_rate=lost_commit_rate,
             seed=seed,

@@ -179,6 +179,10 @@ class PipelineSettings(_Model):
     max_memory: str = Field(default="64 GB", pattern=r"^[1-9][0-9]*\s?(GB|gb|gB|Gb)?$")
     idle_timeout: Duration = timedelta(minutes=15)
     job_timeout: Duration = timedelta(minutes=50)
+    #: read Parquet, JSON Lines and CSV (gzip or none) objects with Spark's own readers through
+    #: EMRFS (``--archive-root s3://<bucket>``); false: every format through the job's boto3 +
+    #: Arrow reader (which Avro, zstd and bytes objects always use)
+    spark_readers: bool = True
 
     @field_validator("schedule")
     @classmethod
@@ -227,3 +231,35 @@ class AlarmSettings(_Model):
             if not re.match(EMAIL, address):
                 raise ValueError(f"{address!r} is not an email address")
         return value
+
+
+#: what Glue and Athena accept without quoting: lowercase letters, digits and underscores
+GLUE_DATABASE_NAME = r"^[a-z][a-z0-9_]{0,254}$"
+
+
+class CatalogSettings(_Model):
+    """A Glue Data Catalog database with one table per stream (not for ``format: bytes``), with
+    Athena partition projection: queries see new hours without a crawler (README: "Query the
+    archive with Athena")."""
+
+    enabled: bool = False
+    database: str = "tidemark"
+    #: the event years partition projection enumerates (a query without a year filter lists them all)
+    first_year: int = Field(default=2020, ge=1970, le=9999)
+    last_year: int = Field(default=2099, ge=1970, le=9999)
+
+    @field_validator("database")
+    @classmethod
+    def _database(cls, value: str) -> str:
+        if not re.match(GLUE_DATABASE_NAME, value):
+            raise ValueError(
+                f"{value!r} is not a database name Glue and Athena accept unquoted "
+                "(lower-case letters, digits and _, starting with a letter, at most 255 characters)"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _years(self) -> CatalogSettings:
+        if self.first_year > self.last_year:
+            raise ValueError(f"first_year ({self.first_year}) is after last_year ({self.last_year})")
+        return self

@@ -57,7 +57,27 @@ def load_config(path: str | os.PathLike[str]) -> TidemarkConfig:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{source}: not valid YAML: {exc}") from None
-    return parse_config(data, origin=str(source))
+    return parse_config(_inline_avro_schemas(data, source.parent), origin=str(source))
+
+
+def _inline_avro_schemas(data: Any, base: Path) -> Any:
+    """``format.value_schema.avro_schema: <file>`` (relative to the config file) becomes the schema
+    itself (``avro``), so the Lambdas and the Spark job get it inside the one configuration."""
+    streams = data.get("streams") if isinstance(data, dict) else None
+    for index, stream in enumerate(streams if isinstance(streams, list) else []):
+        fmt = stream.get("format") if isinstance(stream, dict) else None
+        schema = fmt.get("value_schema") if isinstance(fmt, dict) else None
+        if not isinstance(schema, dict) or "avro_schema" not in schema:
+            continue
+        path = base / str(schema.pop("avro_schema"))
+        where = f"streams[{index}].format.value_schema.avro_schema"
+        try:
+            schema["avro"] = json.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"{where}: cannot read {path} ({exc.strerror})") from None
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{where}: {path} is not JSON: {exc}") from None
+    return data
 
 
 def load_config_from_env(environ: os._Environ[str] | dict[str, str] | None = None) -> TidemarkConfig:

@@ -19,6 +19,7 @@ from tidemark.config.deployment import (
     STORAGE_CLASS_ORDER,
     AlarmSettings,
     ArchiverFunctionSettings,
+    CatalogSettings,
     DevClusterSettings,
     NetworkSettings,
     PipelineSettings,
@@ -146,10 +147,191 @@ class FlushPolicyConfig(_Model):
         return to_ms(self.max_age)
 
 
+FormatType = Literal["jsonl", "parquet", "avro", "csv", "text", "bytes"]
+#: the codecs each format accepts, the first being the default
+COMPRESSIONS: dict[str, tuple[str, ...]] = {
+    "jsonl": ("gzip", "zstd", "none"),
+    "csv": ("gzip", "zstd", "none"),
+    "text": ("gzip", "zstd", "none"),
+    "bytes": ("gzip", "zstd", "none"),
+    "parquet": ("snappy", "zstd", "gzip", "none"),
+    "avro": ("deflate", "snappy", "zstandard", "null"),
+}
+#: what a CSV column may name besides ``value.<dotted path>``
+ENVELOPE_COLUMNS = ("topic", "partition", "offset", "timestamp", "event_time", "key", "value", "headers")
+VALUE_COLUMN = r"^value(\.[A-Za-z_][A-Za-z0-9_]*)+$"
+_AVRO_TYPES = {"string": "string", "long": "long", "int": "long", "double": "double", "float": "double"}
+_AVRO_TYPES["boolean"] = "boolean"
+
+
+class ValueField(_Model):
+    """One top-level field of a JSON value, archived as a typed column."""
+
+    name: str = Field(pattern=IDENTIFIER)
+    type: Literal["string", "long", "double", "boolean"]
+    nullable: bool = False
+
+    @property
+    def encoded(self) -> str:
+        return f"{self.name}:{self.type}{'?' if self.nullable else ''}"
+
+
+def _fields_of_avro(schema: object) -> list[dict[str, object]]:
+    """The fields of an Avro record schema of primitives (``["null", T]`` unions are nullable)."""
+    if not isinstance(schema, dict) or schema.get("type") != "record" or not isinstance(schema.get("fields"), list):
+        raise ValueError("avro: must be an Avro record schema with a 'fields' list")
+    fields: list[dict[str, object]] = []
+    for item in schema["fields"]:
+        kind = item.get("type") if isinstance(item, dict) else None
+        nullable = isinstance(kind, list) and "null" in kind and len(kind) == 2
+        if nullable and isinstance(kind, list):
+            kind = next(part for part in kind if part != "null")
+        if not isinstance(kind, str) or kind not in _AVRO_TYPES:
+            name = item.get("name") if isinstance(item, dict) else item
+            raise ValueError(
+                f"avro: field {name!r} has type {kind!r}; only string, long, int, double, float and boolean"
+                " (or a union of one of them with null) can be archived as typed columns"
+            )
+        fields.append({"name": item.get("name"), "type": _AVRO_TYPES[kind], "nullable": nullable})
+    return fields
+
+
+class ValueSchemaConfig(_Model):
+    """A declared schema for JSON values: ``fields``, or ``avro`` (an Avro record schema; in YAML,
+    ``avro_schema: <file>`` next to the config is read into it by the loader).
+
+    A value that does not conform -- not an object, a declared field missing (unless nullable) or
+    of another type, or a field the schema does not declare -- is dead-lettered with reason
+    ``schema_mismatch``: never dropped, never nulled."""
+
+    fields: list[ValueField] = Field(min_length=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_avro(cls, data: object) -> object:
+        if isinstance(data, dict) and "avro" in data:
+            if "fields" in data:
+                raise ValueError("give fields or avro, not both")
+            return {"fields": _fields_of_avro(data["avro"])}
+        return data
+
+    @field_validator("fields")
+    @classmethod
+    def _unique(cls, value: list[ValueField]) -> list[ValueField]:
+        names = [field.name for field in value]
+        if len(set(names)) != len(names):
+            raise ValueError(f"field names must be unique, got {names}")
+        return value
+
+    @property
+    def encoded(self) -> str:
+        return ",".join(field.encoded for field in self.fields)
+
+
 class FormatConfig(_Model):
-    type: Literal["jsonl"] = "jsonl"
-    compression: Literal["gzip", "none"] = "gzip"
-    gzip_level: int = Field(default=6, ge=1, le=9)
+    """How a buffer is rendered into an S3 object (README: "Formats")."""
+
+    type: FormatType = "jsonl"
+    compression: str = ""  # empty: the format's default (the first of COMPRESSIONS[type])
+    gzip_level: int = Field(default=6, ge=1, le=9)  # gzip and Avro's deflate
+    value_schema: ValueSchemaConfig | None = None  # parquet and avro: typed value columns
+    columns: list[str] | None = None  # csv: envelope fields and value.<dotted path>, in order
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_codec(cls, data: object) -> object:
+        if isinstance(data, dict) and not data.get("compression"):
+            codecs = COMPRESSIONS.get(str(data.get("type", "jsonl")))
+            if codecs:
+                return {**data, "compression": codecs[0]}
+        return data
+
+    @model_validator(mode="after")
+    def _fits_the_format(self) -> FormatConfig:
+        codecs = COMPRESSIONS[self.type]
+        if self.compression not in codecs:
+            raise ValueError(f"compression {self.compression!r} is not one {self.type} supports ({', '.join(codecs)})")
+        if self.value_schema is not None and self.type not in ("parquet", "avro"):
+            raise ValueError("value_schema is for parquet and avro (typed value columns)")
+        if self.columns is not None:
+            if self.type != "csv":
+                raise ValueError("columns is for csv")
+            if not self.columns:
+                raise ValueError("columns must name at least one column")
+            for column in self.columns:
+                if column not in ENVELOPE_COLUMNS and not re.match(VALUE_COLUMN, column):
+                    raise ValueError(
+                        f"column {column!r} is neither an envelope field ({', '.join(ENVELOPE_COLUMNS)}) nor"
+                        " value.<dotted path>"
+                    )
+            if len(set(self.columns)) != len(self.columns):
+                raise ValueError(f"columns must be unique, got {self.columns}")
+        return self
+
+    @property
+    def csv_columns(self) -> tuple[str, ...]:
+        return tuple(self.columns) if self.columns else ENVELOPE_COLUMNS
+
+    @property
+    def keeps_positions(self) -> bool:
+        """Whether each record's partition and offset can be read back from the object."""
+        if self.type == "text":
+            return False
+        return self.type != "csv" or {"partition", "offset"} <= set(self.csv_columns)
+
+
+#: names a partition-by field may not take: envelope columns and the hour's (Hive) folder names
+RESERVED_PARTITION_NAMES = (*ENVELOPE_COLUMNS, "year", "month", "day", "hour")
+PARTITION_SELECTOR = r"^(_key|_topic|_partition|_value(\.[A-Za-z_][A-Za-z0-9_]*)+|_header\.[A-Za-z0-9._-]{1,128})$"
+_DEFAULT_NAMES = {"_key": "record_key", "_topic": "source_topic", "_partition": "source_partition"}
+
+
+class PartitionField(_Model):
+    """One partition-by field: where its value comes from and the name its folder level takes."""
+
+    field: str = Field(pattern=PARTITION_SELECTOR)
+    name: str = Field(default="", pattern=r"^$|^[a-z_][a-z0-9_]{0,63}$")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_string(cls, data: object) -> object:
+        return {"field": data} if isinstance(data, str) else data
+
+    @model_validator(mode="after")
+    def _default_name(self) -> PartitionField:
+        if not self.name:
+            last = self.field.rsplit(".", 1)[-1].lower()
+            default = _DEFAULT_NAMES.get(self.field) or re.sub(r"[^a-z0-9_]", "_", last)
+            if not re.match(r"^[a-z_]", default):
+                default = f"_{default}"
+            object.__setattr__(self, "name", default[:64])
+        if self.name in RESERVED_PARTITION_NAMES:
+            raise ValueError(
+                f"partition name {self.name!r} is taken by an archive column or hour folder; set name: for {self.field}"
+            )
+        return self
+
+
+class PartitionByConfig(_Model):
+    """Content partitioning: folders between the stream and the hour (README: "Partitioning").
+
+    ``raw/<stream>/<folders>/<yyyy>/<mm>/<dd>/<hh>/``; ``style: keys_and_values`` writes Hive's
+    ``name=value`` folders; ``hour_folders: hive`` writes ``year=/month=/day=/hour=``. A record
+    without the field goes to ``__missing__`` (or is dead-lettered, ``missing: dead_letter``)."""
+
+    fields: list[PartitionField] = Field(default_factory=list, max_length=8)
+    style: Literal["values", "keys_and_values"] = "values"
+    hour_folders: Literal["plain", "hive"] = "plain"
+    missing: Literal["folder", "dead_letter"] = "folder"
+    max_value_length: int = Field(default=64, ge=16, le=256)  # longer values are cut and get a hash suffix
+
+    @field_validator("fields")
+    @classmethod
+    def _unique(cls, value: list[PartitionField]) -> list[PartitionField]:
+        names = [field.name for field in value]
+        if len(set(names)) != len(names):
+            raise ValueError(f"partition names must be unique, got {names} (set name: to tell them apart)")
+        return value
 
 
 class DeadLetterConfig(_Model):
@@ -210,6 +392,7 @@ class StreamConfig(_Model):
     encoding: EncodingConfig = EncodingConfig()
     flush: FlushPolicyConfig = FlushPolicyConfig()
     format: FormatConfig = FormatConfig()
+    partition_by: PartitionByConfig = PartitionByConfig()
     dead_letter: DeadLetterConfig = DeadLetterConfig()
     aggregations: list[AggregationConfig] = Field(default_factory=list)
     completeness: CompletenessConfig = CompletenessConfig()
@@ -221,6 +404,15 @@ class StreamConfig(_Model):
             raise ValueError("event_time.source 'json_field' needs encoding.value 'json'")
         if self.aggregations and self.encoding.value != "json":
             raise ValueError("aggregations need encoding.value 'json' (they read the value's fields)")
+        if self.aggregations and not self.format.keeps_positions:
+            raise ValueError(
+                f"aggregations need a format that keeps each record's partition and offset (the job dedupes on"
+                f" them): {self.format.type} {'without those columns ' if self.format.type == 'csv' else ''}does not"
+            )
+        if self.format.value_schema is not None and self.encoding.value != "json":
+            raise ValueError("format.value_schema needs encoding.value 'json' (it types the value's fields)")
+        if any(f.field.startswith("_value.") for f in self.partition_by.fields) and self.encoding.value != "json":
+            raise ValueError("partition_by on _value.<path> needs encoding.value 'json'")
         return self
 
 
@@ -314,6 +506,7 @@ class TidemarkConfig(_Model):
     dev_cluster: DevClusterSettings = DevClusterSettings()
     pipeline: PipelineSettings = PipelineSettings()
     alarms: AlarmSettings = AlarmSettings()
+    catalog: CatalogSettings = CatalogSettings()
 
     @model_validator(mode="after")
     def _unique(self) -> TidemarkConfig:
@@ -348,6 +541,7 @@ class TidemarkConfig(_Model):
                 "network": True,
                 "pipeline": True,
                 "alarms": True,
+                "catalog": True,
                 "streams": {"__all__": {"archiver"}},
             }
         )

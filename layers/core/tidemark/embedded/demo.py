@@ -88,6 +88,9 @@ class DemoOptions:
     lost_commit_rate: float = 0.03
     seed: int = 7
     recreate_topic: bool = False  # delete and create the topic after half the orders (offsets restart)
+    format: str | None = None  # overrides the stream's format.type (with that format's default compression)
+    compression: str | None = None  # overrides format.compression
+    partition_by: tuple[str, ...] = ()  # overrides partition_by.fields
 
 
 @dataclass
@@ -188,6 +191,14 @@ def demo_config(options: DemoOptions) -> tuple[dict[str, Any], TidemarkConfig, S
         raw["source"]["topic"] = options.topic
     if options.flush_records:
         raw.setdefault("flush", {})["max_records"] = options.flush_records
+    if options.format or options.compression:
+        fmt = raw.setdefault("format", {})
+        if options.format and options.format != fmt.get("type", "jsonl"):
+            raw["format"] = fmt = {"type": options.format}  # the other format's own defaults
+        if options.compression:
+            fmt["compression"] = options.compression
+    if options.partition_by:
+        raw.setdefault("partition_by", {})["fields"] = list(options.partition_by)
     config = parse_config(data, origin=str(options.config_path))
     stream = config.stream(name)
     if stream.event_time.source != "json_field" or stream.event_time.field != "created_at":
@@ -312,9 +323,7 @@ class Demo:
                 expected,
                 raw_prefix=config.archive.raw_prefix,
                 errors_prefix=config.archive.errors_prefix,
-                value_encoding=stream.encoding.value,
-                key_encoding=stream.encoding.key,
-                header_encoding=stream.encoding.headers,
+                config=stream,
             )
             hours = {item.hour for item in expected if item.hour}
             hours |= run_hours(self._started_ms, time.time(), stream.event_time.timezone)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -30,6 +31,7 @@ HOUR_MS = 3_600_000
 MALFORMED_KINDS = ("not_json", "no_event_time", "bad_event_time")
 PRODUCTS = [f"p-{n:03d}" for n in range(1, 41)]
 CHANNELS = (b"web", b"app", b"store")
+COUNTRIES = ("DE", "FR", "NL", "US", "JP", "BR")
 
 
 class WorkloadError(TidemarkError):
@@ -85,6 +87,7 @@ def generate(spec: WorkloadSpec, now_ms: int, timezone: str = "UTC") -> Iterator
             "price": round(rng.uniform(2, 250), 2),
             "quantity": rng.randint(1, 5),
             "currency": "EUR",
+            "country": COUNTRIES[zlib.crc32(customer.encode()) % len(COUNTRIES)],  # a customer's, no draw
             "created_at": _iso(event_ms),
         }
         hour: str | None = datetime.fromtimestamp(event_ms / 1000, zone).strftime("%Y-%m-%dT%H")

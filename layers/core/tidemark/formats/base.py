@@ -1,12 +1,30 @@
-"""The writer interface every object format implements."""
+"""The writer interface every object format implements, and what it renders from."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import BinaryIO, Protocol
+from typing import BinaryIO, NamedTuple, Protocol
 
 from tidemark.staging.frames import Frame
+
+
+class ValueColumn(NamedTuple):
+    """A declared value field (``format.value_schema``): name, type (string | long | double |
+    boolean) and whether it may be missing or null."""
+
+    name: str
+    type: str
+    nullable: bool
+
+    @classmethod
+    def parse_all(cls, encoded: str) -> tuple[ValueColumn, ...]:
+        """``"order_id:string,price:double,note:string?"`` -> columns."""
+        columns = []
+        for item in filter(None, encoded.split(",")):
+            name, _, kind = item.partition(":")
+            columns.append(cls(name, kind.rstrip("?"), kind.endswith("?")))
+        return tuple(columns)
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,6 +36,9 @@ class RenderContext:
     key_encoding: str = "text"  # text | bytes
     value_encoding: str = "json"  # json | text | bytes
     header_encoding: str = "text"  # text | bytes
+    value_schema: tuple[ValueColumn, ...] = ()  # parquet/avro: typed value columns (value_encoding json)
+    columns: tuple[str, ...] = ()  # csv: envelope fields and value.<dotted path>, in order
+    object_key: str = ""  # the key being written (Avro derives its sync marker from it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,27 +57,60 @@ class RenderSpec:
     key_encoding: str
     value_encoding: str
     header_encoding: str
+    value_schema: str = ""  # ValueColumn encoding: "name:type[?],..."
+    columns: str = ""  # csv columns, comma-separated
 
     def encode(self) -> str:
-        return "|".join(
-            (
-                self.format,
-                self.compression,
-                str(self.gzip_level),
-                self.topic,
-                self.key_encoding,
-                self.value_encoding,
-                self.header_encoding,
-            )
-        )
+        parts = [
+            self.format,
+            self.compression,
+            str(self.gzip_level),
+            self.topic,
+            self.key_encoding,
+            self.value_encoding,
+            self.header_encoding,
+        ]
+        if self.value_schema or self.columns:  # specs of ledgers written before they existed stay as they were
+            parts += [self.value_schema, self.columns]
+        return "|".join(parts)
 
     @classmethod
     def decode(cls, text: str) -> RenderSpec:
-        fmt, compression, level, topic, key, value, headers = text.split("|")
-        return cls(fmt, compression, int(level), topic, key, value, headers)
+        fmt, compression, level, topic, key, value, headers, *extra = text.split("|")
+        schema, columns = extra if extra else ("", "")
+        return cls(fmt, compression, int(level), topic, key, value, headers, schema, columns)
 
-    def context(self, partition: int) -> RenderContext:
-        return RenderContext(self.topic, partition, self.key_encoding, self.value_encoding, self.header_encoding)
+    def context(self, partition: int, object_key: str = "") -> RenderContext:
+        return RenderContext(
+            self.topic,
+            partition,
+            self.key_encoding,
+            self.value_encoding,
+            self.header_encoding,
+            ValueColumn.parse_all(self.value_schema),
+            tuple(filter(None, self.columns.split(","))),
+            object_key,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ArchivedEnvelope:
+    """One record read back from an object, with ``None`` for what its format does not keep.
+
+    ``value`` is the value's bytes as the format holds them (JSON text for json values, the
+    original bytes otherwise); ``fields`` is set instead when the format stored typed columns
+    (a declared value schema) or flattened value paths (csv)."""
+
+    topic: str | None
+    partition: int | None
+    offset: int | None
+    timestamp_ms: int | None
+    event_time_ms: int | None
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...] | None
+    fields: dict[str, object] | None = None
+    error: str = ""  # dead letters (JSON Lines only): the reason
 
 
 class ObjectFormat(Protocol):
@@ -65,4 +119,8 @@ class ObjectFormat(Protocol):
 
     def write(self, frames: Iterable[Frame], context: RenderContext, out: BinaryIO) -> int:
         """Write every frame to ``out`` deterministically (same frames -> same bytes); return the count."""
+        ...
+
+    def read(self, body: bytes, context: RenderContext) -> Iterator[ArchivedEnvelope]:
+        """Every record of an object this format wrote (the checker's and the tools' view)."""
         ...

@@ -191,14 +191,15 @@ class PartitionState:
         segments: Iterable[tuple[BufferKey, SegmentRef]],
         staged_offset: int,
         now_ms: int,
-        spec: str = "",
+        spec: str | Callable[[BufferKey], str] = "",
         event_ms: int = -1,
         source: str | None = None,
         fingerprints: Iterable[tuple[int, int]] = (),
     ) -> PartitionState:
         """Add freshly staged segments to their buffers (opening buffers as needed).
 
-        Only buffers staged under the same render ``spec`` can be appended to. ``event_ms`` is the
+        Only buffers staged under the same render ``spec`` (one for all, or one per buffer key)
+        can be appended to. ``event_ms`` is the
         latest event time among the new raw records: the partition's watermark only grows.
         ``source`` is adopted when the state has none yet; ``fingerprints`` of the new records join
         the recent window (the oldest drop out)."""
@@ -208,6 +209,7 @@ class PartitionState:
             raise InvalidTransitionError(f"staged offset must grow: {staged_offset} <= {self.staged_offset}")
         buffers = dict(self.buffers)
         next_seq = self.next_seq
+        spec_of = spec if callable(spec) else lambda _key: spec
         for key, segment in segments:
             if segment.first <= self.staged_offset or segment.last > staged_offset:
                 raise InvalidTransitionError(
@@ -216,9 +218,9 @@ class PartitionState:
                 )
             current = buffers.get(str(key))
             if current is None:
-                buffers[str(key)] = OpenBuffer(key, next_seq, now_ms, now_ms, (segment,), spec)
+                buffers[str(key)] = OpenBuffer(key, next_seq, now_ms, now_ms, (segment,), spec_of(key))
                 next_seq += 1
-            elif current.spec != spec:
+            elif current.spec != spec_of(key):
                 raise InvalidTransitionError(f"buffer {key} was staged under another format; seal it first")
             else:
                 buffers[str(key)] = replace(current, appended_ms=now_ms, segments=(*current.segments, segment))

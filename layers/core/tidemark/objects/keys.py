@@ -1,4 +1,5 @@
-"""Object keys are a pure function of (prefix, stream, event hour, partition, offsets, format)."""
+"""Object keys are a pure function of (prefix, stream, epoch, partition-by folders, event hour,
+partition, offsets, format)."""
 
 from __future__ import annotations
 
@@ -7,23 +8,47 @@ import re
 from tidemark.eventtime import hour_path
 from tidemark.exceptions import UnsafePathError
 from tidemark.names import HOUR, PREFIX, STREAM, matches
+from tidemark.partitioning import valid_folders
 
 _EXTENSION = re.compile(r"^[a-z0-9]+(\.[a-z0-9]+)*$")
 
 
+def hour_folders(hour: str, hive: bool = False) -> str:
+    """``2026/11/21/07``, or with ``hive`` ``year=2026/month=11/day=21/hour=07``."""
+    if not hive:
+        return hour_path(hour)
+    return f"year={hour[0:4]}/month={hour[5:7]}/day={hour[8:10]}/hour={hour[11:13]}"
+
+
 def object_key(
-    prefix: str, stream: str, hour: str, partition: int, first: int, last: int, extension: str, epoch: int = 0
+    prefix: str,
+    stream: str,
+    hour: str,
+    partition: int,
+    first: int,
+    last: int,
+    extension: str,
+    epoch: int = 0,
+    *,
+    folders: str = "",
+    hive_hours: bool = False,
 ) -> str:
     """``raw/orders/2026/11/21/07/orders+3+00000000000000000100-00000000000000000199.jsonl.gz``.
 
     Epoch 0 (every partition until its positions are reset) keeps exactly that form, so existing
     archives stay valid. A later epoch adds ``e<n>`` in one place, after the partition:
     ``orders+3+e1+00000000000000000000-00000000000000000099.jsonl.gz``: its positions may repeat
-    an earlier epoch's, its keys never do."""
+    an earlier epoch's, its keys never do. Partition-by ``folders`` (already path-safe, see
+    ``tidemark.partitioning``) go between the stream and the hour:
+    ``raw/orders/country=US/year=2026/month=11/day=21/hour=07/orders+3+...parquet``."""
     if not (
-        matches(PREFIX, prefix) and matches(STREAM, stream) and matches(HOUR, hour) and _EXTENSION.fullmatch(extension)
+        matches(PREFIX, prefix)
+        and matches(STREAM, stream)
+        and matches(HOUR, hour)
+        and _EXTENSION.fullmatch(extension)
+        and valid_folders(folders)
     ):
-        raise UnsafePathError(f"refusing object key for {prefix!r}/{stream!r}/{hour!r}/{extension!r}")
+        raise UnsafePathError(f"refusing object key for {prefix!r}/{stream!r}/{folders!r}/{hour!r}/{extension!r}")
     numbers = (partition, first, last, epoch)
     if any(isinstance(n, bool) or not isinstance(n, int) for n in numbers) or not (
         partition >= 0 and 0 <= first <= last and epoch >= 0
@@ -32,7 +57,11 @@ def object_key(
             f"refusing object key for partition={partition!r} epoch={epoch!r} offsets {first!r}..{last!r}"
         )
     epoch_part = f"e{epoch}+" if epoch else ""
-    return f"{prefix}/{stream}/{hour_path(hour)}/{stream}+{partition}+{epoch_part}{first:020d}-{last:020d}.{extension}"
+    middle = f"{folders}/" if folders else ""
+    return (
+        f"{prefix}/{stream}/{middle}{hour_folders(hour, hive_hours)}/"
+        f"{stream}+{partition}+{epoch_part}{first:020d}-{last:020d}.{extension}"
+    )
 
 
 _EPOCH_PART = re.compile(r"\+e(\d+)\+\d{20}-\d{20}\.[^/]*$")
@@ -44,10 +73,42 @@ def epoch_of_key(key: str) -> int:
     return int(match.group(1)) if match else 0
 
 
+_HIVE_HOUR = ("year=", "month=", "day=", "hour=")
+
+
 def hour_of_key(key: str) -> str:
-    """The event-hour label an object key is filed under (the inverse of ``object_key``'s folder)."""
+    """The event-hour label an object key is filed under (the inverse of ``object_key``'s hour
+    folders, plain or Hive-style: the four folders right above the object)."""
     parts = key.split("/")
-    hour = "{}-{}-{}T{}".format(*parts[2:6]) if len(parts) >= 7 else ""
+    hour = ""
+    if len(parts) >= 7:
+        levels = parts[-5:-1]
+        if all(level.startswith(name) for level, name in zip(levels, _HIVE_HOUR, strict=True)):
+            levels = [level.split("=", 1)[1] for level in levels]
+        hour = "{}-{}-{}T{}".format(*levels)
     if not matches(HOUR, hour):
         raise UnsafePathError(f"not a Tidemark object key: {key!r}")
     return hour
+
+
+_NAME = re.compile(r"\+(\d+)\+(?:e\d+\+)?(\d{20})-(\d{20})\.[^/]*$")
+
+
+def positions_of_key(key: str) -> tuple[int, int, int]:
+    """``(partition, first, last)`` an object key names."""
+    match = _NAME.search(key)
+    if match is None:
+        raise UnsafePathError(f"not a Tidemark object key: {key!r}")
+    return int(match.group(1)), int(match.group(2)), int(match.group(3))
+
+
+def folders_of_key(key: str) -> str:
+    """The partition-by folders of an object key ('' when the stream is not partitioned)."""
+    hour_of_key(key)  # validates the shape
+    return "/".join(key.split("/")[2:-5])
+
+
+def hour_folder_of_key(key: str) -> str:
+    """The folder an object sits in: ``<prefix>/<stream>/<folders>/<hour folders>/``."""
+    hour_of_key(key)
+    return key.rsplit("/", 1)[0] + "/"

@@ -14,9 +14,10 @@ checked, or re-read checksums of objects already checked (a same-size overwrite 
 lookback shows up only through S3's own versioning and access logs).
 
 Findings are logged and counted; nothing in S3 is ever deleted or rewritten. The order of reads
-(list S3, read the ledger's objects; only for keys the ledger does not know: the SEALED flushes,
-then the ledger's objects once more) means an object committed while the check runs is never
-reported: it is committed, or in flight, by the time it is looked up.
+(read the ledger's objects, list S3 under the hour's folders; only for keys the ledger does not
+know: the SEALED flushes, then the ledger's objects once more) means an object committed while
+the check runs is never reported: it is uploaded before its commit, so listed if the first read
+saw it, and committed, or in flight, by the time it is looked up again otherwise.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from tidemark.eventtime import HourBucketer, hour_path
+from tidemark.eventtime import HourBucketer
 from tidemark.ledger.model import CommittedObject, HourMark
+from tidemark.objects.keys import hour_folder_of_key, hour_folders
 from tidemark.objects.writer import META_SHA256
 from tidemark.runtime import Runtime
 from tidemark.sweeper.discovery import discover
@@ -82,13 +84,25 @@ class Reconciler:
         self.bucket = runtime.objects.bucket
         self.archive = runtime.config.archive
 
-    def _listing(self, stream: str, hour: str) -> dict[str, int]:
+    def _folders(self, stream: str, hour: str, committed: list[CommittedObject]) -> set[str]:
+        """The folders the hour's objects are in: the hour folder of each prefix in the configured
+        layout, and the folder of every committed object (partition-by folders, an older layout).
+
+        A partitioned stream's hour is spread over one folder per partition value, which no
+        prefix of the hour covers; its unknown objects are looked for in the folders the ledger
+        knows of (listing the whole stream on every sweep would cost more than it finds)."""
+        config = self.runtime.config.stream(stream)
+        hours = hour_folders(hour, config.partition_by.hour_folders == "hive")
+        folders = {f"{self.archive.errors_prefix}/{stream}/{hours}/"}
+        if not config.partition_by.fields:
+            folders.add(f"{self.archive.raw_prefix}/{stream}/{hours}/")
+        folders.update(hour_folder_of_key(item.key) for item in committed)
+        return folders
+
+    def _listing(self, folders: set[str]) -> dict[str, int]:
         found: dict[str, int] = {}
-        for prefix in (self.archive.raw_prefix, self.archive.errors_prefix):
-            pages = self.s3.get_paginator("list_objects_v2").paginate(
-                Bucket=self.bucket, Prefix=f"{prefix}/{stream}/{hour_path(hour)}/"
-            )
-            for page in pages:
+        for folder in sorted(folders):
+            for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=folder):
                 found.update((item["Key"], item["Size"]) for item in page.get("Contents", []))
         return found
 
@@ -124,8 +138,8 @@ class Reconciler:
         hours, marks = self.hours_to_check(stream, now_ms)
         partitions = [ref.partition for ref in discover(self.runtime, stream)]
         for hour in hours:
-            listing = self._listing(stream, hour)
             committed = self.runtime.ledger.committed_objects(stream, hour)
+            listing = self._listing(self._folders(stream, hour, committed))
             strangers = set(listing) - {item.key for item in committed}
             if strangers:  # rare: an upload whose commit is in flight, or a real stranger
                 strangers -= self._in_flight(stream, hour, partitions)

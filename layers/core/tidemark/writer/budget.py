@@ -58,14 +58,17 @@ class ItemBudget:
             self._bound = (state, upper_bound(state))
         return self._bound[1]
 
-    def cheap_fits(self, state: PartitionState, *, segments: int, new_buffers: int, spec: str, key_bound: int) -> bool:
+    def cheap_fits(
+        self, state: PartitionState, *, segments: int, new_buffers: int, buffer_extra: int, key_bound: int
+    ) -> bool:
         """Without building anything: would ``state`` plus an accept of ``segments`` new segment
-        references (``new_buffers`` of them opening buffers), with every OPEN buffer then sealed,
-        surely fit? ``False`` means: measure it (``fits_sealed``)."""
+        references (``new_buffers`` of them opening buffers, each with at most ``buffer_extra`` bytes
+        of spec and partition-by folders), with every OPEN buffer then sealed, surely fit?
+        ``False`` means: measure it (``fits_sealed``)."""
         grown = (
             self._upper_bound(state)
             + segments * (_SEGMENT_NAME + _SEGMENT_OVERHEAD)
-            + new_buffers * (_BUFFER_OVERHEAD + len(spec) + 32)
+            + new_buffers * (_BUFFER_OVERHEAD + buffer_extra + 32)
             + (len(state.buffers) + new_buffers) * (key_bound + _SEAL_OVERHEAD)
             + 2 * _FINGERPRINT
         )

@@ -101,10 +101,16 @@ class PartitionWriter:
         self._gc_times = gc_times if gc_times is not None else {}
         self._key = (stream.name, partition)
         self._budget = ItemBudget(ledger, int(stream.archive.ledger_item_budget))
-        # No object key of this partition is longer (prefix, stream twice, hour, epoch, offsets, extension).
+        # No object key of this partition is longer (prefix, stream twice, partition-by folders,
+        # hour folders, epoch, offsets, extension).
         self._key_bound = (
-            max(len(stream.archive.raw_prefix), len(stream.archive.errors_prefix)) + 2 * len(stream.name) + 110
+            max(len(stream.archive.raw_prefix), len(stream.archive.errors_prefix))
+            + 2 * len(stream.name)
+            + stream.max_folders_length
+            + 130
         )
+        # No new buffer's spec and folders are longer.
+        self._buffer_extra = max(len(stream.spec), len(stream.errors_spec)) + stream.max_folders_length
 
     # -- the run ------------------------------------------------------------------------------
 
@@ -259,7 +265,8 @@ class PartitionWriter:
             if state.epoch != epoch:  # an operator started an epoch meanwhile: judge the batch again
                 raise StagingConflictError(f"{self.stream.name}/{self.partition}: epoch changed during the batch")
             if any(
-                (buffer := state.buffers.get(str(item.buffer))) is not None and buffer.spec != self.stream.spec
+                (buffer := state.buffers.get(str(item.buffer))) is not None
+                and buffer.spec != self.stream.spec_for(item.buffer)
                 for _offset, item in fresh
             ):  # the configuration's format changed since these buffers opened: seal them first
                 state = self.rotate(state, outcome)
@@ -286,7 +293,7 @@ class PartitionWriter:
                 written,
                 chunk[-1][0],
                 now,
-                self.stream.spec,
+                self.stream.spec_for,
                 latest_event,
                 source=source,
                 fingerprints=[(sources[i].offset, fingerprint(sources[i])) for i in sorted(ends)],
@@ -342,7 +349,11 @@ class PartitionWriter:
                     break
                 opened.add(name)
         if end == len(fresh) and self._budget.cheap_fits(
-            state, segments=len(seen), new_buffers=len(opened), spec=self.stream.spec, key_bound=self._key_bound
+            state,
+            segments=len(seen),
+            new_buffers=len(opened),
+            buffer_extra=self._buffer_extra,
+            key_bound=self._key_bound,
         ):
             return fresh  # the common case: nothing near the budget, nothing built to measure
         while end > 0:
@@ -382,7 +393,7 @@ class PartitionWriter:
         ]
         # Fingerprints are CRC-32s: random-looking numbers compress like the real ones.
         marks = [(chunk[0][0], secrets.randbits(32)), (chunk[-1][0], secrets.randbits(32))]
-        accepted = state.accept(planned, chunk[-1][0], now, self.stream.spec, source=source, fingerprints=marks)
+        accepted = state.accept(planned, chunk[-1][0], now, self.stream.spec_for, source=source, fingerprints=marks)
         return self._budget.fits_sealed(
             accepted, lambda buffer: self.stream.object_key(self.partition, buffer, state.epoch), self._key_bound
         )
@@ -433,7 +444,7 @@ class PartitionWriter:
             return dict.fromkeys(state.buffers, DRAIN)
         due = self.stream.policy.due(state.buffers, now)
         for key, buffer in state.buffers.items():
-            if buffer.spec != self.stream.spec:
+            if buffer.spec != self.stream.spec_for(buffer.key):
                 due.setdefault(key, FORMAT_CHANGED)
         if make_room:
             rest = sorted((b.appended_ms, b.seq, key) for key, b in state.buffers.items() if key not in due)
@@ -601,7 +612,7 @@ class PartitionWriter:
     ) -> PartitionState:
         buffer = flush.buffer
         fmt, spec = self.stream.format_of(buffer)
-        context = spec.context(self.partition)
+        context = spec.context(self.partition, flush.object_key)
 
         content = ContentDigest()
 

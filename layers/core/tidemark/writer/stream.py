@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tidemark.buffers import ERRORS_KIND, RAW_KIND
+from tidemark.buffers import ERRORS_KIND, RAW_KIND, BufferKey
 from tidemark.clock import Clock
 from tidemark.config.model import ArchiveSettings, StreamConfig
 from tidemark.flush import FlushPolicy
@@ -13,6 +13,10 @@ from tidemark.ledger.model import OpenBuffer
 from tidemark.objects.keys import object_key
 from tidemark.routing import Router
 
+# Dead letters keep every original byte (base64) and their reason; one format for them, whatever
+# the stream's format, so operators and tools read every stream's dead letters the same way.
+DEAD_LETTER_FORMAT = ("jsonl", "gzip", 6)
+
 
 @dataclass(frozen=True)
 class StreamContext:
@@ -20,24 +24,42 @@ class StreamContext:
     archive: ArchiveSettings
     router: Router
     policy: FlushPolicy
-    spec: str  # the encoded RenderSpec of the current configuration
+    spec: str  # the encoded RenderSpec of the current configuration, for raw buffers
+    errors_spec: str  # ... and for dead-letter buffers
 
     @classmethod
     def build(cls, config: StreamConfig, archive: ArchiveSettings, clock: Clock) -> StreamContext:
+        fmt = config.format
         spec = RenderSpec(
-            format=config.format.type,
-            compression=config.format.compression,
-            gzip_level=config.format.gzip_level,
+            format=fmt.type,
+            compression=fmt.compression,
+            gzip_level=fmt.gzip_level,
             topic=config.source.topic,
             key_encoding=config.encoding.key,
             value_encoding=config.encoding.value,
             header_encoding=config.encoding.headers,
+            value_schema=fmt.value_schema.encoded if fmt.value_schema is not None else "",
+            columns=",".join(fmt.csv_columns) if fmt.type == "csv" else "",
         )
-        return cls(config, archive, Router(config, clock), FlushPolicy(config.flush), spec.encode())
+        kind, compression, level = DEAD_LETTER_FORMAT
+        errors = RenderSpec(
+            kind,
+            compression,
+            level,
+            config.source.topic,
+            config.encoding.key,
+            config.encoding.value,
+            config.encoding.headers,
+        )
+        return cls(config, archive, Router(config, clock), FlushPolicy(config.flush), spec.encode(), errors.encode())
 
     @property
     def name(self) -> str:
         return self.config.name
+
+    def spec_for(self, key: BufferKey) -> str:
+        """The spec a buffer of this kind opens under with the current configuration."""
+        return self.errors_spec if key.kind == ERRORS_KIND else self.spec
 
     def format_of(self, buffer: OpenBuffer) -> tuple[ObjectFormat, RenderSpec]:
         """How a buffer is rendered: by the spec it was staged under, not the current config."""
@@ -48,5 +70,20 @@ class StreamContext:
         prefix = {RAW_KIND: self.archive.raw_prefix, ERRORS_KIND: self.archive.errors_prefix}[buffer.key.kind]
         fmt, _spec = self.format_of(buffer)
         return object_key(
-            prefix, self.name, buffer.key.hour, partition, buffer.first, buffer.last, fmt.extension, epoch
+            prefix,
+            self.name,
+            buffer.key.hour,
+            partition,
+            buffer.first,
+            buffer.last,
+            fmt.extension,
+            epoch,
+            folders=buffer.key.folders,
+            hive_hours=self.config.partition_by.hour_folders == "hive",
         )
+
+    @property
+    def max_folders_length(self) -> int:
+        """No partition-by folders of this stream are longer (object key length bounds)."""
+        by = self.config.partition_by
+        return sum(len(field.name) + 2 + by.max_value_length for field in by.fields) + 20

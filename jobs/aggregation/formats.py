@@ -1,0 +1,360 @@
+"""Every archive format read into the same envelope columns, for the job's Arrow reader.
+
+An object's format and codec are told by its key's extension (``.jsonl[.gz|.zst]``,
+``.parquet``, ``.avro``, ``.csv[.gz|.zst]``, ``.txt[.gz|.zst]``, ``.bin[.gz|.zst]``), as in
+``tidemark.verify.spec_of_key``; each file describes itself beyond that (Parquet and Avro carry
+their schema, CSV its header), so the reader needs nothing from the stream's configuration and
+reads objects written under an older one alike. Each reader returns :class:`Envelopes`:
+``partition`` int32, ``offset`` int64, ``event_time`` ISO-8601 UTC text exactly as
+``tidemark.eventtime.iso_utc`` renders it (``2026-11-21T07:12:33.123Z``, what JSON Lines holds,
+so dedupe and aggregates agree across formats), and the value's fields as a table:
+
+=========== ================================================================================
+jsonl       lines split at the envelope's byte template (values are not parsed twice), values
+            parsed by Arrow's JSON reader (:func:`jobs.aggregation.values.parse_values`)
+parquet     ``pyarrow.parquet`` straight to Arrow: a string ``value`` column goes through the
+            same JSON reader without leaving Arrow, a struct ``value`` (a declared value
+            schema) is flattened to its fields; ``event_time`` (timestamp ms UTC) is formatted
+            by Arrow
+avro        fastavro, record by record (its only reader): a string ``value`` as JSON text, a
+            ``Value`` record's fields typed by the writer schema
+csv         ``pyarrow.csv``, every cell text; ``partition``/``offset`` cast (an object without
+            them is an error: the job dedupes on them), ``event_time`` as written. Fields
+            come from the ``value`` column (JSON, as jsonl) when the object has one, else
+            from its ``value.<path>`` columns (:func:`jobs.aggregation.values.infer_text`
+            types them, :func:`jobs.aggregation.values.nest_paths` nests ``a.b`` into ``a``)
+bytes       ``tidemark.formats.bytes``' reader, values as JSON text
+text        refused: it keeps no positions (the configuration refuses aggregations for it)
+=========== ================================================================================
+
+gzip and zstd (``zstandard``) are undone before the line formats are read.
+"""
+
+from __future__ import annotations
+
+import csv as pycsv
+import io
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from itertools import islice
+from typing import Any, NamedTuple
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from jobs.aggregation.values import EnvelopeError, infer_text, nest_paths, parse_values
+from tidemark.eventtime import iso_utc
+from tidemark.formats.base import ArchivedEnvelope, RenderContext
+from tidemark.formats.compression import decompress
+
+_FORMAT_OF_EXTENSION = {"jsonl": "jsonl", "parquet": "parquet", "avro": "avro", "csv": "csv", "txt": "text"}
+_FORMAT_OF_EXTENSION["bin"] = "bytes"
+_CODEC_OF_SUFFIX = {"": "none", "gz": "gzip", "zst": "zstd"}
+_INSIDE = {"parquet": "inside", "avro": "inside"}  # their codecs are inside the file
+
+
+class ObjectKind(NamedTuple):
+    format: str  # jsonl | parquet | avro | csv | text | bytes
+    codec: str  # none | gzip | zstd for the line formats, "inside" for parquet and avro
+
+
+def kind_of_key(key: str) -> ObjectKind:
+    """``raw/orders/.../orders+3+...-....csv.zst`` -> ``ObjectKind("csv", "zstd")``."""
+    name = key.rsplit("/", 1)[-1]
+    extension = name.split(".", 1)[1] if "." in name else ""
+    base, _, suffix = extension.partition(".")
+    fmt = _FORMAT_OF_EXTENSION.get(base)
+    if fmt is None:
+        raise EnvelopeError(f"not an archive object: {key!r}")
+    if fmt in _INSIDE:
+        return ObjectKind(fmt, _INSIDE[fmt])
+    if suffix not in _CODEC_OF_SUFFIX:
+        raise EnvelopeError(f"unknown compression {suffix!r} of {key!r}")
+    return ObjectKind(fmt, _CODEC_OF_SUFFIX[suffix])
+
+
+@dataclass(frozen=True)
+class Envelopes:
+    """The records of one object, column-wise: what the aggregation reads of each."""
+
+    partition: pa.Array  # int32
+    offset: pa.Array  # int64
+    event_time: pa.Array  # string, ISO-8601 UTC with milliseconds
+    values: pa.Table  # the value's fields
+
+    @property
+    def rows(self) -> int:
+        return len(self.offset)
+
+
+def _envelopes(partitions: Any, offsets: Any, times: Any, values: pa.Table) -> Envelopes:
+    return Envelopes(
+        pa.array(partitions, pa.int32()) if isinstance(partitions, list) else partitions,
+        pa.array(offsets, pa.int64()) if isinstance(offsets, list) else offsets,
+        pa.array(times, pa.string()) if isinstance(times, list) else times,
+        values,
+    )
+
+
+# -- JSON Lines ----------------------------------------------------------------------------------
+
+_HEAD = re.compile(
+    rb'^\{"topic":"[A-Za-z0-9._-]*","partition":(\d+),"offset":(\d+),"timestamp":-?\d+,"event_time":"([^"]*)","key":'
+)
+_VALUE = b',"value":'
+_HEADERS = b',"headers":['
+
+
+def split_envelope(line: bytes) -> tuple[int, int, str, bytes]:
+    """``(partition, offset, event_time, value bytes)`` of one raw archive envelope: the archive
+    renders envelopes from a fixed byte template (``tidemark.formats.jsonl``), so the value is
+    the bytes between ``,"value":`` and the last ``,"headers":[``."""
+    head = _HEAD.match(line)
+    if head is None:
+        raise EnvelopeError(f"not an archive envelope: {line[:120]!r}")
+    start = line.find(_VALUE, head.end())
+    end = line.rfind(_HEADERS)
+    if start < 0 or end < start:
+        raise EnvelopeError(f"envelope without value/headers: {line[:120]!r}")
+    return int(head.group(1)), int(head.group(2)), head.group(3).decode("ascii"), line[start + len(_VALUE) : end]
+
+
+def read_jsonl(data: bytes, limit: int | None = None) -> Envelopes:
+    """The envelopes of uncompressed JSON Lines (the first ``limit`` records, if given)."""
+    partitions: list[int] = []
+    offsets: list[int] = []
+    times: list[str] = []
+    values: list[bytes] = []
+    for line in data.splitlines()[:limit]:
+        if not line:
+            continue
+        partition, offset, event_time, value = split_envelope(line)
+        partitions.append(partition)
+        offsets.append(offset)
+        times.append(event_time)
+        values.append(value)
+    return _envelopes(partitions, offsets, times, parse_values(values))
+
+
+# -- Parquet -------------------------------------------------------------------------------------
+
+_COLUMNS = ["partition", "offset", "event_time", "value"]
+
+
+def iso_of_timestamps(column: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """Timestamps (or epoch ms) as ``iso_utc`` text, formatted by Arrow: ``%S`` of a
+    millisecond timestamp carries the three fraction digits."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if pa.types.is_integer(column.type):
+        column = column.cast(pa.int64()).cast(pa.timestamp("ms"))
+    naive = column.cast(pa.timestamp("ms"), safe=False)  # the UTC wall clock; no time zone database needed
+    return pc.strftime(naive, format="%Y-%m-%dT%H:%M:%SZ")
+
+
+def value_fields(column: pa.Array | pa.ChunkedArray) -> pa.Table:
+    """A ``value`` column's fields: a struct flattened, JSON text parsed."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if pa.types.is_struct(column.type):
+        return pa.Table.from_arrays(column.flatten(), names=[field.name for field in column.type])
+    return parse_values(column)
+
+
+def read_parquet(body: bytes, limit: int | None = None) -> Envelopes:
+    import pyarrow.parquet as pq
+
+    try:
+        parquet = pq.ParquetFile(pa.BufferReader(body))
+        if limit is None:
+            table = parquet.read(columns=_COLUMNS)
+        else:
+            first = next(parquet.iter_batches(batch_size=limit, columns=_COLUMNS), None)
+            table = pa.Table.from_batches([first]) if first is not None else parquet.schema_arrow.empty_table()
+    except (pa.ArrowInvalid, KeyError) as exc:
+        raise EnvelopeError(f"not an archive Parquet object: {exc}") from None
+    return _envelopes(
+        table.column("partition").combine_chunks().cast(pa.int32()),
+        table.column("offset").combine_chunks().cast(pa.int64()),
+        iso_of_timestamps(table.column("event_time")),
+        value_fields(table.column("value")),
+    )
+
+
+# -- Avro ----------------------------------------------------------------------------------------
+
+_AVRO_TYPES = {
+    "string": pa.string(),
+    "long": pa.int64(),
+    "int": pa.int64(),
+    "double": pa.float64(),
+    "float": pa.float64(),
+    "boolean": pa.bool_(),
+}
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MILLISECOND = timedelta(milliseconds=1)
+
+
+def _avro_value_record(schema: Any) -> list[tuple[str, pa.DataType]] | None:
+    """The fields of the writer schema's ``value`` when it is a record (a declared value
+    schema), None when it is a string or bytes."""
+    value = next((field["type"] for field in schema["fields"] if field["name"] == "value"), None)
+    if not isinstance(value, dict) or value.get("type") != "record":
+        return None
+    fields = []
+    for field in value["fields"]:
+        kind = field["type"]
+        if isinstance(kind, list):  # ["null", T]
+            kind = next((part for part in kind if part != "null"), "string")
+        if isinstance(kind, dict):
+            kind = kind.get("type", "string")
+        fields.append((field["name"], _AVRO_TYPES.get(str(kind), pa.string())))
+    return fields
+
+
+def _ms(event_time: Any) -> int:
+    return (event_time - _EPOCH) // _MILLISECOND if isinstance(event_time, datetime) else int(event_time)
+
+
+def read_avro(body: bytes, limit: int | None = None) -> Envelopes:
+    import fastavro
+
+    import tidemark.formats.avro  # noqa: F401  (registers the zstandard codec it writes with)
+
+    try:
+        reader = fastavro.reader(io.BytesIO(body))
+        typed = _avro_value_record(reader.writer_schema)
+        records: list[Any] = list(islice(reader, limit))
+    except (ValueError, KeyError, EOFError) as exc:
+        raise EnvelopeError(f"not an archive Avro object: {exc}") from None
+    values: pa.Table
+    if typed is not None:
+        values = pa.Table.from_arrays(
+            [pa.array([record["value"].get(name) for record in records], kind) for name, kind in typed],
+            names=[name for name, _kind in typed],
+        )
+    else:
+        items = [record["value"] for record in records]
+        values = parse_values(pa.array(items, pa.binary() if items and isinstance(items[0], bytes) else pa.string()))
+    return _envelopes(
+        [record["partition"] for record in records],
+        [record["offset"] for record in records],
+        [iso_utc(_ms(record["event_time"])) for record in records],
+        values,
+    )
+
+
+# -- CSV -----------------------------------------------------------------------------------------
+
+VALUE_PREFIX = "value."
+
+
+def csv_table(data: bytes) -> pa.Table:
+    """Uncompressed CSV as the CSV format writes it (``tidemark.formats.csv``): a header row,
+    every cell text, an empty unquoted cell null and a quoted one the empty string."""
+    import pyarrow.csv as pacsv
+
+    header = data.split(b"\n", 1)[0].decode("utf-8")
+    names = next(pycsv.reader([header])) if header else []
+    try:
+        return pacsv.read_csv(
+            io.BytesIO(data),
+            parse_options=pacsv.ParseOptions(newlines_in_values=True),
+            convert_options=pacsv.ConvertOptions(
+                column_types={name: pa.string() for name in names},
+                strings_can_be_null=True,
+                quoted_strings_can_be_null=False,
+                null_values=[""],
+            ),
+        )
+    except pa.ArrowInvalid as exc:
+        raise EnvelopeError(f"not an archive CSV object: {exc}") from None
+
+
+def _integers(table: pa.Table, name: str, kind: pa.DataType) -> pa.Array:
+    if name not in table.column_names:
+        raise EnvelopeError(f"a CSV object without a {name!r} column cannot be aggregated (records dedupe on it)")
+    try:
+        return table.column(name).combine_chunks().cast(kind)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise EnvelopeError(f"CSV column {name!r} is not integers: {exc}") from None
+
+
+def csv_values(table: pa.Table) -> pa.Table:
+    """The value's fields of a CSV table: from ``value`` (JSON) when present, else from the
+    ``value.<path>`` columns, typed by their text and nested by their paths."""
+    if "value" in table.column_names:
+        return parse_values(table.column("value"))
+    paths = {
+        name[len(VALUE_PREFIX) :]: infer_text(table.column(name))
+        for name in table.column_names
+        if name.startswith(VALUE_PREFIX)
+    }
+    return nest_paths(paths)
+
+
+def read_csv(data: bytes, limit: int | None = None) -> Envelopes:
+    table = csv_table(data)
+    if limit is not None:
+        table = table.slice(0, limit)
+    times = (
+        table.column("event_time").combine_chunks().cast(pa.string())
+        if "event_time" in table.column_names
+        else pa.nulls(table.num_rows, pa.string())
+    )
+    return _envelopes(
+        _integers(table, "partition", pa.int32()), _integers(table, "offset", pa.int64()), times, csv_values(table)
+    )
+
+
+# -- bytes ---------------------------------------------------------------------------------------
+
+
+def read_bytes(body: bytes, codec: str, limit: int | None = None) -> Envelopes:
+    from tidemark.formats.bytes import BytesFormat
+
+    data = uncompressed(body, codec)
+    envelopes: Iterator[ArchivedEnvelope] = BytesFormat("none").read(data, RenderContext(topic="", partition=0))
+    try:
+        records = list(islice(envelopes, limit))
+    except ValueError as exc:
+        raise EnvelopeError(f"not an archive bytes object: {exc}") from None
+    return _envelopes(
+        [record.partition for record in records],
+        [record.offset for record in records],
+        [None if record.event_time_ms is None else iso_utc(record.event_time_ms) for record in records],
+        parse_values(pa.array([record.value for record in records], pa.binary())),
+    )
+
+
+# -- any -----------------------------------------------------------------------------------------
+
+
+def uncompressed(body: bytes, codec: str) -> bytes:
+    """The bytes of a line format's object (or a bytes object), its codec undone."""
+    errors: tuple[type[Exception], ...] = (OSError, EOFError, ValueError)  # gzip.BadGzipFile is an OSError
+    if codec == "zstd":
+        import zstandard
+
+        errors += (zstandard.ZstdError,)
+    try:
+        return decompress(body, codec)  # a truncated zstd frame is a ValueError there
+    except errors as exc:
+        raise EnvelopeError(f"cannot decompress a {codec} object: {exc}") from None
+
+
+def read_envelopes(key: str, body: bytes, limit: int | None = None) -> Envelopes:
+    """The envelopes of the object stored under ``key`` (its first ``limit`` records, if given)."""
+    kind = kind_of_key(key)
+    if kind.format == "parquet":
+        return read_parquet(body, limit)
+    if kind.format == "avro":
+        return read_avro(body, limit)
+    if kind.format == "bytes":
+        return read_bytes(body, kind.codec, limit)
+    if kind.format == "text":
+        raise EnvelopeError(f"text objects keep no partition or offset; they cannot be aggregated: {key!r}")
+    data = uncompressed(body, kind.codec)
+    return read_jsonl(data, limit) if kind.format == "jsonl" else read_csv(data, limit)

@@ -1,0 +1,184 @@
+"""CSV (pyarrow's writer): a header row, then one row per record, in offset order.
+
+Columns are the stream's ``format.columns`` or, when none are set, every envelope field
+(``topic, partition, offset, timestamp, event_time, key, value, headers``). Cells:
+
+=================== =======================================================================
+``topic``           the topic
+``partition``       the partition number
+``offset``          the offset
+``timestamp``       Kafka record timestamp, epoch ms (-1 when unset)
+``event_time``      ISO-8601 UTC with milliseconds, ``2026-11-21T07:12:33.123Z``
+``key``             the key (text), base64 for key_encoding bytes; empty when null
+``value``           the value as text: the JSON text (json) or the text (text); base64 for bytes
+``headers``         JSON ``[{"key": .., "value": ..}]``, values base64 for header_encoding bytes
+``value.<path>``    the field at that dotted path of the JSON value: strings as they are,
+                    numbers and booleans as their JSON text, objects and arrays as JSON text;
+                    empty when missing or null
+=================== =======================================================================
+
+Every column is written as a string, so the header and the cells never depend on type
+inference. Quoting is pyarrow's ``needed`` style (RFC 4180): every non-null cell is quoted,
+quotes inside doubled, commas and line breaks kept inside the quotes; a null (a null key, a
+missing ``value.<path>``) is an empty, unquoted cell, so it reads back as null while an empty
+string (``""``) reads back as an empty string. Lines end with ``\\n``. Compression ``gzip``
+(default), ``zstd`` or ``none``.
+
+pyarrow ships in the formats layer, not the core one: this module is imported only for
+streams that write CSV.
+"""
+
+from __future__ import annotations
+
+import csv as pycsv
+import io
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, BinaryIO
+
+import orjson
+import pyarrow as pa
+import pyarrow.csv as pacsv
+
+from tidemark.config.model import ENVELOPE_COLUMNS
+from tidemark.eventtime import iso_utc
+from tidemark.formats.base import ArchivedEnvelope, RenderContext
+from tidemark.formats.compression import chunked, compressed, decompress, extension
+from tidemark.formats.jsonl import DECODE_STRING, ENCODE_STRING, ms_of_iso
+from tidemark.staging.frames import Frame
+
+CHUNK_ROWS = 16_384
+CHUNK_BYTES = 16 * 1024 * 1024
+# Lines end in "\n", pyarrow's default: the Lambda layer's pyarrow 20 has no ``eol`` option.
+_WRITE_OPTIONS: dict[str, Any] = {"delimiter": ",", "quoting_style": "needed"}
+_INTS = ("partition", "offset", "timestamp")
+
+
+def _cell(value: Any, path: Sequence[str]) -> str | None:
+    for part in path:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(part)
+    if value is None:
+        return None
+    return value if isinstance(value, str) else orjson.dumps(value).decode()
+
+
+class CsvFormat:
+    content_type = "text/csv"
+
+    def __init__(self, compression: str = "gzip", gzip_level: int = 6) -> None:
+        self.extension = extension("csv", compression)
+        self.compression = compression
+        self.gzip_level = gzip_level
+
+    def write(self, frames: Iterable[Frame], context: RenderContext, out: BinaryIO) -> int:
+        columns = context.columns or ENVELOPE_COLUMNS
+        schema = pa.schema([pa.field(name, pa.string()) for name in columns])
+        count = 0
+        with compressed(out, self.compression, self.gzip_level) as sink:
+            for chunk in chunked(frames, CHUNK_ROWS, CHUNK_BYTES):
+                sink.write(_csv_bytes(_table(chunk, context, columns, schema), header=count == 0))
+                count += len(chunk)
+            if count == 0:
+                sink.write(_csv_bytes(schema.empty_table(), header=True))
+        return count
+
+    def read(self, body: bytes, context: RenderContext) -> Iterator[ArchivedEnvelope]:
+        """Every row back: envelope columns mapped to the envelope (ints, event time from
+        ISO-8601, key, value and headers to bytes), ``value.<path>`` columns into ``fields``
+        keyed by the path (``None`` for an empty cell)."""
+        data = decompress(body, self.compression)
+        header_line = data.split(b"\n", 1)[0].decode("utf-8")
+        names = next(pycsv.reader([header_line])) if header_line else []
+        table = pacsv.read_csv(
+            io.BytesIO(data),
+            parse_options=pacsv.ParseOptions(newlines_in_values=True),
+            convert_options=pacsv.ConvertOptions(
+                column_types={name: pa.string() for name in names},
+                strings_can_be_null=True,
+                quoted_strings_can_be_null=False,
+                null_values=[""],
+            ),
+        )
+        cells = {name: table.column(name).to_pylist() for name in table.column_names}
+        paths = [name for name in table.column_names if name.startswith("value.")]
+        key_of = DECODE_STRING[context.key_encoding]
+        header_of = DECODE_STRING[context.header_encoding]
+        value_of = DECODE_STRING["bytes" if context.value_encoding == "bytes" else "text"]
+
+        def column(name: str, convert: Callable[[str], Any]) -> list[Any]:
+            if name not in cells:
+                return [None] * table.num_rows
+            return [None if cell is None else convert(cell) for cell in cells[name]]
+
+        def headers_of(cell: str) -> tuple[tuple[str, bytes], ...]:
+            return tuple((item["key"], header_of(item["value"])) for item in orjson.loads(cell))
+
+        rows = zip(
+            column("topic", str),
+            *(column(name, int) for name in _INTS),
+            column("event_time", ms_of_iso),
+            column("key", key_of),
+            column("value", value_of),
+            column("headers", headers_of),
+            strict=True,
+        )
+        for index, (topic, partition, offset, timestamp, event_time, key, value, headers) in enumerate(rows):
+            fields = {path[len("value.") :]: cells[path][index] for path in paths} if paths else None
+            yield ArchivedEnvelope(topic, partition, offset, timestamp, event_time, key, value, headers, fields)
+
+
+def _csv_bytes(table: pa.Table, header: bool) -> memoryview:
+    buffer = pa.BufferOutputStream()
+    pacsv.write_csv(table, buffer, pacsv.WriteOptions(include_header=header, **_WRITE_OPTIONS))
+    return memoryview(buffer.getvalue())
+
+
+def _strings(encoding: str, items: Sequence[bytes | None]) -> pa.Array:
+    if encoding == "text":  # UTF-8, validated when staged (and by the cast)
+        return pa.array(items, pa.binary()).cast(pa.string())
+    encode = ENCODE_STRING[encoding]
+    return pa.array([None if item is None else encode(item) for item in items], pa.string())
+
+
+def _table(chunk: list[Frame], context: RenderContext, columns: Sequence[str], schema: pa.Schema) -> pa.Table:
+    n = len(chunk)
+    _kinds, offsets, timestamps, event_times, keys, values, headers, _reasons = zip(*chunk, strict=True)
+    parsed: list[Any] = []
+    if context.value_encoding == "json" and any(name.startswith("value.") for name in columns):
+        loads = orjson.loads
+        parsed = [loads(value) for value in values]
+    arrays: list[pa.Array] = []
+    for name in columns:
+        if name == "topic":
+            arrays.append(pa.repeat(pa.scalar(context.topic, pa.string()), n))
+        elif name == "partition":
+            arrays.append(pa.repeat(pa.scalar(str(context.partition), pa.string()), n))
+        elif name == "offset":
+            arrays.append(pa.array(offsets, pa.int64()).cast(pa.string()))
+        elif name == "timestamp":
+            arrays.append(pa.array(timestamps, pa.int64()).cast(pa.string()))
+        elif name == "event_time":
+            arrays.append(pa.array([iso_utc(ms) for ms in event_times], pa.string()))
+        elif name == "key":
+            arrays.append(_strings(context.key_encoding, keys))
+        elif name == "value":
+            arrays.append(_strings("bytes" if context.value_encoding == "bytes" else "text", values))
+        elif name == "headers":
+            encode = ENCODE_STRING[context.header_encoding]
+            dumps = orjson.dumps
+            arrays.append(
+                pa.array(
+                    [
+                        dumps([{"key": key, "value": encode(data)} for key, data in items]) if items else b"[]"
+                        for items in headers
+                    ],
+                    pa.string(),
+                )
+            )
+        elif name.startswith("value."):
+            path = name.split(".")[1:]
+            arrays.append(pa.array([_cell(item, path) for item in parsed] if parsed else [None] * n, pa.string()))
+        else:
+            raise ValueError(f"unknown csv column {name!r}")
+    return pa.Table.from_arrays(arrays, schema=schema)

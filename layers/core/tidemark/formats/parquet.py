@@ -1,0 +1,240 @@
+"""Apache Parquet (pyarrow): one row per record, in offset order.
+
+Schema (every column required unless marked nullable)::
+
+    topic       string
+    partition   int32
+    offset      int64
+    timestamp   int64                       Kafka record timestamp, epoch ms (-1 when unset)
+    event_time  timestamp[ms, tz=UTC]
+    key         string | binary, nullable   string for key_encoding text, binary for bytes
+    value       string | binary | struct    string: the JSON text (value_encoding json) or the
+                                            text (text); binary for bytes; with a declared
+                                            value_schema a struct of its fields: string,
+                                            int64 (long), double, bool (boolean); nullable
+                                            fields nullable, a missing field null
+    headers     list<element: struct<key: string, value: string | binary>>, [] when none
+
+Codecs: ``snappy`` (default), ``zstd`` (level :data:`ZSTD_LEVEL`), ``gzip`` (the stream's
+``gzip_level``), ``none``. Every writer setting that shapes the bytes is pinned here, so the
+same frames give the same file for a given pyarrow version: a row group every
+:data:`ROW_GROUP_ROWS` records or :data:`ROW_GROUP_BYTES` of keys and values, whichever comes
+first (memory stays bounded whatever the buffer's size), format version 2.6, data pages of
+:data:`DATA_PAGE_SIZE`, dictionary encoding for the columns that repeat
+(:func:`dictionary_columns`), statistics on, the Arrow schema stored and no other metadata.
+(The footer names the writing library's version, ``parquet-cpp-arrow version X``: a pyarrow
+upgrade between a flush and its retry may change an object's bytes, as any codec library's
+would.)
+
+pyarrow ships in the formats layer, not the core one: this module is imported only for
+streams that write Parquet.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import accumulate
+from typing import Any, BinaryIO
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tidemark.formats.base import ArchivedEnvelope, RenderContext, ValueColumn
+from tidemark.formats.compression import ZSTD_LEVEL, PositionedSink, chunked
+from tidemark.staging.frames import Frame
+
+CODECS = ("snappy", "zstd", "gzip", "none")
+ROW_GROUP_ROWS = 131_072
+ROW_GROUP_BYTES = 32 * 1024 * 1024
+DATA_PAGE_SIZE = 1024 * 1024
+FORMAT_VERSION = "2.6"
+
+_VALUE_TYPES = {"string": pa.string(), "long": pa.int64(), "double": pa.float64(), "boolean": pa.bool_()}
+
+
+def _string_or_binary(encoding: str) -> pa.DataType:
+    return pa.binary() if encoding == "bytes" else pa.string()
+
+
+def arrow_schema(context: RenderContext) -> pa.Schema:
+    """The Arrow schema of a stream's Parquet objects (also what the readers expect)."""
+    if context.value_schema:
+        if context.value_encoding != "json":
+            raise ValueError("a value schema needs value_encoding json")
+        value = pa.struct([pa.field(c.name, _VALUE_TYPES[c.type], nullable=c.nullable) for c in context.value_schema])
+    else:
+        value = _string_or_binary(context.value_encoding)
+    header = pa.struct(
+        [
+            pa.field("key", pa.string(), nullable=False),
+            pa.field("value", _string_or_binary(context.header_encoding), nullable=False),
+        ]
+    )
+    return pa.schema(
+        [
+            pa.field("topic", pa.string(), nullable=False),
+            pa.field("partition", pa.int32(), nullable=False),
+            pa.field("offset", pa.int64(), nullable=False),
+            pa.field("timestamp", pa.int64(), nullable=False),
+            pa.field("event_time", pa.timestamp("ms", tz="UTC"), nullable=False),
+            pa.field("key", _string_or_binary(context.key_encoding), nullable=True),
+            pa.field("value", value, nullable=False),
+            pa.field("headers", pa.list_(pa.field("element", header, nullable=False)), nullable=False),
+        ]
+    )
+
+
+def dictionary_columns(schema: pa.Schema) -> list[str]:
+    """The columns written with dictionary encoding: the ones that repeat (topic, partition,
+    keys, header names and values, typed string fields), not the unique ones
+    (offsets, times, whole values), where a dictionary only costs time and space."""
+    columns = ["topic", "partition", "key", "headers.list.element.key", "headers.list.element.value"]
+    value_type = schema.field("value").type
+    if pa.types.is_struct(value_type):
+        columns += [f"value.{field.name}" for field in value_type if pa.types.is_string(field.type)]
+    return columns
+
+
+def typed_children(values: Sequence[bytes], columns: Sequence[ValueColumn]) -> list[list[Any]]:
+    """Per declared field, its values across ``values`` (JSON objects validated against the
+    schema upstream): missing -> None, JSON integers of a double field -> float."""
+    loads = orjson.loads
+    parsed: list[dict[str, Any]] = [loads(value) for value in values]
+    children: list[list[Any]] = []
+    for column in columns:
+        name = column.name
+        items = [item.get(name) for item in parsed]
+        if column.type == "double":
+            items = [float(item) if item.__class__ is int else item for item in items]
+        children.append(items)
+    return children
+
+
+class ParquetFormat:
+    content_type = "application/vnd.apache.parquet"
+    extension = "parquet"
+
+    def __init__(self, compression: str = "snappy", gzip_level: int = 6) -> None:
+        if compression not in CODECS:
+            raise ValueError(f"unsupported compression {compression!r}")
+        self.compression = compression
+        self.gzip_level = gzip_level
+
+    def _writer_options(self, schema: pa.Schema) -> dict[str, Any]:
+        level = {"zstd": ZSTD_LEVEL, "gzip": self.gzip_level}.get(self.compression)
+        return {
+            "compression": self.compression,
+            "compression_level": level,
+            "version": FORMAT_VERSION,
+            "use_dictionary": dictionary_columns(schema),
+            "write_statistics": True,
+            "data_page_size": DATA_PAGE_SIZE,
+            "data_page_version": "1.0",
+            "dictionary_pagesize_limit": DATA_PAGE_SIZE,
+            "use_compliant_nested_type": True,
+            "store_schema": True,
+            "write_page_index": False,
+            "write_batch_size": 1024,
+        }
+
+    def write(self, frames: Iterable[Frame], context: RenderContext, out: BinaryIO) -> int:
+        schema = arrow_schema(context)
+        count = 0
+        sink = PositionedSink(out)
+        with pq.ParquetWriter(sink, schema, **self._writer_options(schema)) as writer:
+            for chunk in chunked(frames, ROW_GROUP_ROWS, ROW_GROUP_BYTES):
+                writer.write_table(self._table(chunk, context, schema), row_group_size=ROW_GROUP_ROWS)
+                count += len(chunk)
+        return count
+
+    @staticmethod
+    def _table(chunk: list[Frame], context: RenderContext, schema: pa.Schema) -> pa.Table:
+        n = len(chunk)
+        _kinds, offsets, timestamps, event_times, keys, values, headers, _reasons = zip(*chunk, strict=True)
+        if context.value_schema:
+            value_type = schema.field("value").type
+            children = typed_children(values, context.value_schema)
+            value = pa.StructArray.from_arrays(
+                [pa.array(items, type=field.type) for items, field in zip(children, value_type, strict=True)],
+                fields=list(value_type),
+            )
+        else:
+            value = _byte_strings(values, schema.field("value").type)
+        header_type = schema.field("headers").type
+        if any(headers):
+            names = [name for items in headers if items for name, _ in items]
+            data = [data for items in headers if items for _, data in items]
+            element = header_type.value_type
+            entries = pa.StructArray.from_arrays(
+                [pa.array(names, pa.string()), _byte_strings(data, element.field("value").type)], fields=list(element)
+            )
+            ends = pa.array(list(accumulate(map(len, headers), initial=0)), pa.int32())
+        else:
+            entries = pa.array([], type=header_type.value_type)
+            ends = pa.repeat(pa.scalar(0, pa.int32()), n + 1)
+        return pa.Table.from_arrays(
+            [
+                pa.repeat(pa.scalar(context.topic, pa.string()), n),
+                pa.repeat(pa.scalar(context.partition, pa.int32()), n),
+                pa.array(offsets, pa.int64()),
+                pa.array(timestamps, pa.int64()),
+                pa.array(event_times, pa.int64()).view(pa.timestamp("ms", tz="UTC")),
+                _byte_strings(keys, schema.field("key").type),
+                value,
+                pa.ListArray.from_arrays(ends, entries, type=header_type),
+            ],
+            schema=schema,
+        )
+
+    def read(self, body: bytes, context: RenderContext) -> Iterator[ArchivedEnvelope]:
+        """Every row back: ``value`` the value's bytes (JSON text for json), or ``fields`` the
+        typed columns of a declared value schema."""
+        parquet = pq.ParquetFile(io.BytesIO(body))
+        for batch in parquet.iter_batches(batch_size=ROW_GROUP_ROWS):
+            yield from _envelopes(batch)
+
+
+def _byte_strings(items: Sequence[bytes | None], type_: pa.DataType) -> pa.Array:
+    """Bytes as a binary or string column: a string column is built as binary and cast, which
+    validates the UTF-8 in one pass (about twice as fast as converting item by item)."""
+    array = pa.array(items, pa.binary())
+    return array if pa.types.is_binary(type_) else array.cast(pa.string())
+
+
+def _as_bytes(item: Any) -> Any:
+    return item.encode("utf-8") if isinstance(item, str) else item
+
+
+def _to_bytes(items: list[Any]) -> list[bytes | None]:
+    return [_as_bytes(item) for item in items]
+
+
+def _envelopes(batch: Any) -> Iterator[ArchivedEnvelope]:
+    """Rows of an Arrow record batch in the envelope schema (Parquet and Avro readers)."""
+    column = batch.column
+    event_times = column(batch.schema.get_field_index("event_time")).cast(pa.int64()).to_pylist()
+    values = column(batch.schema.get_field_index("value"))
+    typed = pa.types.is_struct(values.type)
+    value_items: list[Any] = values.to_pylist() if typed else _to_bytes(values.to_pylist())
+    headers = [
+        tuple((item["key"], _as_bytes(item["value"])) for item in row)
+        for row in column(batch.schema.get_field_index("headers")).to_pylist()
+    ]
+    rows = zip(
+        column(batch.schema.get_field_index("topic")).to_pylist(),
+        column(batch.schema.get_field_index("partition")).to_pylist(),
+        column(batch.schema.get_field_index("offset")).to_pylist(),
+        column(batch.schema.get_field_index("timestamp")).to_pylist(),
+        event_times,
+        _to_bytes(column(batch.schema.get_field_index("key")).to_pylist()),
+        value_items,
+        headers,
+        strict=True,
+    )
+    for topic, partition, offset, timestamp, event_time, key, value, header in rows:
+        if typed:
+            yield ArchivedEnvelope(topic, partition, offset, timestamp, event_time, key, None, header, value)
+        else:
+            yield ArchivedEnvelope(topic, partition, offset, timestamp, event_time, key, value, header)
