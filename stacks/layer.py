@@ -115,8 +115,13 @@ FORMATS_SLIM: tuple[str, ...] = (
 def needs_format_layer(stream: StreamConfig) -> bool:
     """Whether the stream's objects are rendered with the formats layer's libraries: Parquet
     (pyarrow), Avro (fastavro; its snappy codec is cramjam's, zstandard's its own), CSV (pyarrow)
-    or a zstd-compressed line format (zstandard)."""
-    return stream.format.type in FORMAT_TYPES_OF_THE_LAYER or stream.format.compression == "zstd"
+    or a zstd-compressed line format (zstandard) -- or kept (``archiver.formats_layer: always``)
+    while buffers of a format the stream moved off are still staged."""
+    return (
+        stream.format.type in FORMAT_TYPES_OF_THE_LAYER
+        or stream.format.compression == "zstd"
+        or stream.archiver.formats_layer == "always"
+    )
 
 
 def project_requirements(pyproject: Path, extra: str | None = None) -> list[str]:

@@ -32,7 +32,6 @@ gzip and zstd (``zstandard``) are undone before the line formats are read.
 
 from __future__ import annotations
 
-import csv as pycsv
 import io
 import re
 from collections.abc import Iterator
@@ -45,14 +44,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs.aggregation.values import EnvelopeError, infer_text, nest_paths, parse_values
+from tidemark import formats
 from tidemark.eventtime import iso_utc
 from tidemark.formats.base import ArchivedEnvelope, RenderContext
 from tidemark.formats.compression import decompress
-
-_FORMAT_OF_EXTENSION = {"jsonl": "jsonl", "parquet": "parquet", "avro": "avro", "csv": "csv", "txt": "text"}
-_FORMAT_OF_EXTENSION["bin"] = "bytes"
-_CODEC_OF_SUFFIX = {"": "none", "gz": "gzip", "zst": "zstd"}
-_INSIDE = {"parquet": "inside", "avro": "inside"}  # their codecs are inside the file
 
 
 class ObjectKind(NamedTuple):
@@ -62,17 +57,11 @@ class ObjectKind(NamedTuple):
 
 def kind_of_key(key: str) -> ObjectKind:
     """``raw/orders/.../orders+3+...-....csv.zst`` -> ``ObjectKind("csv", "zstd")``."""
-    name = key.rsplit("/", 1)[-1]
-    extension = name.split(".", 1)[1] if "." in name else ""
-    base, _, suffix = extension.partition(".")
-    fmt = _FORMAT_OF_EXTENSION.get(base)
-    if fmt is None:
-        raise EnvelopeError(f"not an archive object: {key!r}")
-    if fmt in _INSIDE:
-        return ObjectKind(fmt, _INSIDE[fmt])
-    if suffix not in _CODEC_OF_SUFFIX:
-        raise EnvelopeError(f"unknown compression {suffix!r} of {key!r}")
-    return ObjectKind(fmt, _CODEC_OF_SUFFIX[suffix])
+    try:
+        fmt, codec = formats.kind_of_key(key)
+    except ValueError as exc:
+        raise EnvelopeError(str(exc)) from None
+    return ObjectKind(fmt, codec or "inside")
 
 
 @dataclass(frozen=True)
@@ -254,21 +243,10 @@ VALUE_PREFIX = "value."
 def csv_table(data: bytes) -> pa.Table:
     """Uncompressed CSV as the CSV format writes it (``tidemark.formats.csv``): a header row,
     every cell text, an empty unquoted cell null and a quoted one the empty string."""
-    import pyarrow.csv as pacsv
+    from tidemark.formats.csv import read_table
 
-    header = data.split(b"\n", 1)[0].decode("utf-8")
-    names = next(pycsv.reader([header])) if header else []
     try:
-        return pacsv.read_csv(
-            io.BytesIO(data),
-            parse_options=pacsv.ParseOptions(newlines_in_values=True),
-            convert_options=pacsv.ConvertOptions(
-                column_types={name: pa.string() for name in names},
-                strings_can_be_null=True,
-                quoted_strings_can_be_null=False,
-                null_values=[""],
-            ),
-        )
+        return read_table(data)
     except pa.ArrowInvalid as exc:
         raise EnvelopeError(f"not an archive CSV object: {exc}") from None
 

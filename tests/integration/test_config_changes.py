@@ -114,3 +114,36 @@ def test_switching_to_parquet_with_partitions_seals_the_jsonl_buffers_and_mixes_
     new_half = verify_archive(archive.s3, archive.bucket, "orders", workload.expected, config=new.streams[0])
     assert sorted(ident[1] for *ident, _key in new_half.misfiled) == list(range(20))  # the jsonl half: no folders
     assert (new_half.lost, new_half.duplicated, new_half.corrupted) == ([], [], [])
+
+
+def test_a_flush_whose_format_library_is_missing_waits_sealed_and_loses_nothing(archive, monkeypatch):
+    """A deploy that dropped the formats layer while Parquet buffers were staged (``archiver.
+    formats_layer: auto`` after a switch to jsonl): the flush fails with ImportError, stays
+    SEALED and is counted; batches keep flowing; with the library back, it is archived once."""
+    import tidemark.writer.stream as stream_module
+
+    old, new = configs(format={"type": "parquet"})
+    workload = make_orders(partitions=1, per_partition=40, hours=1, late_share=0, bad_share=0, seed=6)
+    records = workload.records[0]
+    Archiver(archive.runtime(new)).handle(msk_event(records[:20]))  # staged as Parquet
+    real = stream_module.format_of
+
+    def without_pyarrow(spec):
+        if spec.format == "parquet":
+            raise ModuleNotFoundError("No module named 'pyarrow'")
+        return real(spec)
+
+    monkeypatch.setattr(stream_module, "format_of", without_pyarrow)
+    outcome = Archiver(archive.runtime(old)).handle(msk_event(records[20:]))["orders"]  # now jsonl
+    assert outcome.staged == 20 and outcome.flush_errors >= 1
+    assert any(
+        flush.buffer.spec.startswith("parquet|")
+        for flush in archive.runtime(old).ledger.load("orders", 0).sealed.values()
+    )
+    monkeypatch.setattr(stream_module, "format_of", real)
+    archive.clock.advance(minutes=16)
+    archive.runtime(old).writer(old.streams[0], 0).maintain()
+    found = objects(archive)
+    assert any(key.endswith(".parquet") for key in found) and any(key.endswith(".jsonl.gz") for key in found)
+    report = verify_archive(archive.s3, archive.bucket, "orders", workload.expected)
+    assert (report.produced, report.archived, report.ok) == (40, 40, True)

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 import orjson
 
 from tidemark.records.model import Record
-from tidemark.verify import ExpectedRecord
+from tidemark.verify import ExpectedRecord, RecordMeta
 
 BASE_MS = 1_795_248_000_000  # 2026-11-21T08:00:00Z
 HOUR_MS = 3_600_000
@@ -92,7 +92,9 @@ def make_orders(
                 headers=(("source", b"web"),) if index % 3 == 0 else (),
             )
             batch.append(record)
-            expected.append(ExpectedRecord(partition, offset, value, hour))
+            expected.append(
+                ExpectedRecord(partition, offset, value, hour, RecordMeta(topic, record.key, record.headers))
+            )
         records[partition] = batch
     return Workload(records, expected)
 

@@ -658,3 +658,10 @@ def test_partition_by_names_are_checked() -> None:
     assert "String should match pattern" in config_error(minimal(partition_by={"fields": ["value.country"]}))
     named = minimal(partition_by={"fields": [{"field": "_value.a.id", "name": "a_id"}, "_value.b.id"]})
     assert [f.name for f in parse_config(named).streams[0].partition_by.fields] == ["a_id", "id"]
+
+
+def test_partition_by_that_could_make_keys_longer_than_s3_allows_is_refused() -> None:
+    fields = [{"field": f"_value.f{n}", "name": "n" * 60 + str(n)} for n in range(4)]
+    message = config_error(minimal(partition_by={"fields": fields, "max_value_length": 256}))
+    assert "streams[0].partition_by: object keys could be" in message and "over S3's 1024" in message
+    parse_config(minimal(partition_by={"fields": fields, "max_value_length": 128}))

@@ -98,4 +98,12 @@ def test_ten_thousand_distinct_values_keep_the_cache_bounded() -> None:
     partitioner = Partitioner(PartitionByConfig.model_validate({"fields": ["_key"]}))
     seen = {partitioner.folders(record({}, key=f"tenant-{n}".encode()), None) for n in range(10_000)}
     assert len(seen) == 10_000
-    assert len(partitioner._cache) <= 50_001
+    assert len(partitioner._cache) <= 10_000
+    big = {partitioner.folders(record({}, key=b"x" * 1000 + str(n).encode()), None) for n in range(50)}
+    assert len(big) == 50 and len(partitioner._cache) <= 10_000  # long values are not remembered
+    assert all(len(level.split("/")[0]) == 64 for level in big)
+
+
+def test_the_smallest_max_value_length_still_cuts() -> None:
+    level = safe_level(b"x" * 500, max_length=24)
+    assert len(level) <= 24 and "~" in level

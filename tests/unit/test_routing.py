@@ -294,3 +294,28 @@ def test_the_text_format_dead_letters_multi_line_text_values(stream: StreamConfi
     assert router(text).route(order(b"one line")).reason == ""
     routed = router(text).route(order(b"two\nlines"))
     assert (routed.buffer.kind, routed.reason) == ("errors", "multiline_text_value")
+
+
+def deep(levels: int) -> bytes:
+    return b"[" * levels + b"]" * levels
+
+
+def test_values_too_deep_to_render_are_dead_lettered_not_raised(stream: StreamConfig) -> None:
+    """orjson reads 1,023 levels of nesting but writes only 254: a field that a partition level,
+    a csv column or a schema message would serialise again is refused at routing, never left
+    to fail a render (which would hold its flush for ever) or the batch (a poison pill)."""
+    value = b'{"order_id":"o-1","created_at":"2026-11-21T07:12:33Z","c":' + deep(300) + b"}"
+    partitioned = configured(stream, partition_by={"fields": ["_value.c"]})
+    assert router(partitioned).route(order(value)).reason == "unrenderable_value"
+    csv = configured(stream, format={"type": "csv", "columns": ["partition", "offset", "value.c"]})
+    assert router(csv).route(order(value)).reason == "unrenderable_value"
+    typed = configured(
+        stream,
+        format={
+            "type": "parquet",
+            "value_schema": {"fields": [{"name": "c", "type": "string"}, {"name": "created_at", "type": "string"}]},
+        },
+    )
+    value = b'{"created_at":"2026-11-21T07:12:33Z","c":' + deep(1000) + b"}"
+    routed = router(typed).route(order(value))
+    assert routed.reason == "schema_mismatch" and "a JSON array" in single_frame(routed).reason

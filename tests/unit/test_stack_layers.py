@@ -69,6 +69,14 @@ def test_a_stream_needs_the_formats_layer_for_parquet_avro_csv_and_zstd(
     assert needs_format_layer(StreamConfig.model_validate(data)) is needs
 
 
+def test_a_stream_moving_off_parquet_can_keep_the_formats_layer(example_config: TidemarkConfig) -> None:
+    """Buffers staged as Parquet are flushed as Parquet after the switch: the layer stays."""
+    data = {**stream(example_config, "s", {"type": "jsonl"}), "aggregations": []}
+    assert needs_format_layer(StreamConfig.model_validate(data)) is False
+    data["archiver"] = {**data.get("archiver", {}), "formats_layer": "always"}
+    assert needs_format_layer(StreamConfig.model_validate(data)) is True
+
+
 def test_json_lines_only_keep_the_core_layer_and_no_formats_layer_is_built(
     example_config: TidemarkConfig, tmp_path: Path
 ) -> None:

@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tidemark.config.model import StreamConfig, ValueField
+from tidemark.formats.avro_schema import avro_schema as writer_schema
+from tidemark.formats.base import RenderContext, ValueColumn
 from tidemark.objects.keys import hour_folders
 
 #: formats that get no table (nothing in Athena reads them)
@@ -173,50 +175,17 @@ def _csv_columns(stream: StreamConfig) -> tuple[Column, ...]:
 
 def avro_schema(stream: StreamConfig) -> dict[str, Any]:
     """The Avro schema the table reads with (``avro.schema.literal``): the writer schema of
-    ``tidemark.formats.avro``, field for field (built here so synth needs no Avro library; the
-    tests hold the two equal)."""
-
-    def string_or_bytes(encoding: str) -> str:
-        return "bytes" if encoding == "bytes" else "string"
-
-    schema = stream.format.value_schema
-    value: Any
-    if schema is not None:
-        value = {
-            "type": "record",
-            "name": "Value",
-            "fields": [
-                {"name": item.name, "type": ["null", item.type], "default": None}
-                if item.nullable
-                else {"name": item.name, "type": item.type}
-                for item in schema.fields
-            ],
-        }
-    else:
-        value = string_or_bytes(stream.encoding.value)
-    header = {
-        "type": "record",
-        "name": "Header",
-        "fields": [
-            {"name": "key", "type": "string"},
-            {"name": "value", "type": string_or_bytes(stream.encoding.headers)},
-        ],
-    }
-    return {
-        "type": "record",
-        "name": "Envelope",
-        "namespace": "tidemark",
-        "fields": [
-            {"name": "topic", "type": "string"},
-            {"name": "partition", "type": "int"},
-            {"name": "offset", "type": "long"},
-            {"name": "timestamp", "type": "long"},
-            {"name": "event_time", "type": {"type": "long", "logicalType": "timestamp-millis"}},
-            {"name": "key", "type": ["null", string_or_bytes(stream.encoding.key)], "default": None},
-            {"name": "value", "type": value},
-            {"name": "headers", "type": {"type": "array", "items": header}},
-        ],
-    }
+    ``tidemark.formats.avro`` itself (``tidemark.formats.avro_schema`` needs no Avro library)."""
+    fields = stream.format.value_schema.fields if stream.format.value_schema is not None else []
+    context = RenderContext(
+        stream.source.topic,
+        0,
+        stream.encoding.key,
+        stream.encoding.value,
+        stream.encoding.headers,
+        tuple(ValueColumn(field.name, field.type, field.nullable) for field in fields),
+    )
+    return writer_schema(context)
 
 
 def location_template(stream: StreamConfig, bucket: str, raw_prefix: str) -> str:

@@ -21,15 +21,16 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-import orjson
-
 from tidemark.config.model import PartitionByConfig, PartitionField
 from tidemark.records.model import Record
+from tidemark.valuepath import cell
 
 MISSING = "__missing__"
 EMPTY = "__empty__"
 #: one folder level: encoded characters, ``%XX`` escapes, ``~`` (hash suffix) and ``=`` (Hive)
 FOLDER_LEVEL = re.compile(r"^[A-Za-z0-9._%~=-]{1,400}$")
+_CACHED = 10_000  # folders remembered per writer (a warm container keeps them across batches)
+_CACHED_VALUE_BYTES = 256  # longer values are encoded each time: the cache stays under ~5 MB
 _SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
 _ENCODED = {byte: chr(byte) if byte in _SAFE else f"%{byte:02X}" for byte in range(256)}
 
@@ -52,7 +53,7 @@ def safe_level(value: bytes, max_length: int = 64) -> str:
     elif encoded.startswith("__"):
         encoded = "%5F" + encoded[1:]
     if len(encoded) > max_length:
-        cut = encoded[: max_length - 17]
+        cut = encoded[: max(1, max_length - 17)]
         if "%" in cut[-2:]:  # never split an escape
             cut = cut[: cut.rindex("%")]
         encoded = f"{cut}~{hashlib.sha256(value).hexdigest()[:16]}"
@@ -64,14 +65,6 @@ def valid_folders(folders: str) -> bool:
     if folders == "":
         return True
     return all(FOLDER_LEVEL.fullmatch(level) and level.strip(".") for level in folders.split("/"))
-
-
-def _json_text(value: Any) -> bytes | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return value.encode("utf-8")
-    return orjson.dumps(value)
 
 
 Getter = Callable[[Record, Any], bytes | None]
@@ -98,12 +91,8 @@ def _getter(field: PartitionField) -> Getter:
     path = selector.removeprefix("_value.").split(".")
 
     def value(_record: Record, parsed: Any) -> bytes | None:
-        node = parsed
-        for part in path:
-            if not isinstance(node, dict) or part not in node:
-                return None
-            node = node[part]
-        return _json_text(node)
+        text = cell(parsed, path)  # raises UnrenderableField for a node orjson cannot write
+        return None if text is None else text.encode("utf-8")
 
     return value
 
@@ -125,7 +114,8 @@ class Partitioner:
         if not self.enabled:
             return ""
         values = tuple(get(record, parsed) for _field, get in self._fields)
-        folders = self._cache.get(values)
+        cacheable = sum(len(value) for value in values if value is not None) <= _CACHED_VALUE_BYTES
+        folders = self._cache.get(values) if cacheable else None
         if folders is not None:
             return folders
         levels = []
@@ -138,7 +128,8 @@ class Partitioner:
                 level = safe_level(value, self._max)
             levels.append(f"{field.name}={level}" if self._hive else level)
         folders = "/".join(levels)
-        if len(self._cache) > 50_000:  # high cardinality: the cache must not grow without bound
-            self._cache.clear()
-        self._cache[values] = folders
+        if cacheable:  # bounded: at most _CACHED entries of at most _CACHED_VALUE_BYTES each
+            if len(self._cache) >= _CACHED:
+                self._cache.clear()
+            self._cache[values] = folders
         return folders

@@ -16,9 +16,11 @@ from tidemark.buffers import ERRORS_KIND, RAW_KIND, BufferKey
 from tidemark.clock import Clock
 from tidemark.config.model import StreamConfig
 from tidemark.eventtime import MAX_MS, MIN_MS, EventTimeError, HourBucketer, build_extractor
+from tidemark.exceptions import UnsafePathError
 from tidemark.partitioning import MissingPartitionValue, Partitioner
 from tidemark.records.model import Record
 from tidemark.staging.frames import DEAD_LETTER, NO_EVENT_TIME, RAW, encode_frame
+from tidemark.valuepath import UnrenderableField, cell
 from tidemark.valueschema import ValueSchema
 
 OVERSIZED = "oversized"
@@ -28,6 +30,7 @@ INVALID_HEADER = "invalid_header_encoding"
 SCHEMA_MISMATCH = "schema_mismatch"
 MISSING_PARTITION_VALUE = "missing_partition_value"
 MULTILINE_TEXT = "multiline_text_value"  # format text keeps one value per line
+UNRENDERABLE = "unrenderable_value"  # a field the format or a partition level needs cannot be written
 
 
 class Rejected(Exception):
@@ -57,8 +60,17 @@ class Router:
         self._schema = ValueSchema(schema.fields) if schema is not None else None
         self._one_line = stream.format.type == "text" and self._value_encoding == "text"
         self._partitioner = Partitioner(stream.partition_by)
+        # csv value.<path> columns re-serialise fields: checked here, so rendering cannot fail
+        self._csv_paths = [
+            column.removeprefix("value.").split(".")
+            for column in (stream.format.csv_columns if stream.format.type == "csv" else ())
+            if column.startswith("value.")
+        ]
         self._needs_parse = (
-            stream.event_time.source == "json_field" or self._schema is not None or self._partitioner.needs_value
+            stream.event_time.source == "json_field"
+            or self._schema is not None
+            or self._partitioner.needs_value
+            or bool(self._csv_paths)
         )
         self._keys: dict[tuple[str, str, str], BufferKey] = {}
 
@@ -96,6 +108,11 @@ class Router:
                 raise Rejected(INVALID_VALUE, f"value is not JSON ({exc})") from None
             if self._schema is not None and (why := self._schema.mismatch(parsed)) is not None:
                 raise Rejected(SCHEMA_MISMATCH, why)
+            for path in self._csv_paths:
+                try:
+                    cell(parsed, path)
+                except UnrenderableField as exc:
+                    raise Rejected(UNRENDERABLE, f"field {'.'.join(path)}: {exc}") from None
         elif self._value_encoding == "text":
             try:
                 record.value.decode("utf-8")
@@ -109,15 +126,17 @@ class Router:
         try:
             parsed = self._check(record)
             event_ms = self._extract(record, parsed)
-            folders = self._partitioner.folders(record, parsed)
+            buffer = self._key(RAW_KIND, self._hours.label(event_ms), self._partitioner.folders(record, parsed))
         except (Rejected, EventTimeError) as exc:
             return self.dead_letter(record, exc.reason, exc.detail)
         except MissingPartitionValue as exc:
             return self.dead_letter(record, MISSING_PARTITION_VALUE, str(exc))
+        except (UnrenderableField, UnsafePathError) as exc:  # defence in depth: levels are made safe
+            return self.dead_letter(record, UNRENDERABLE, f"partition_by: {exc}")
         frame = encode_frame(
             RAW, record.offset, record.timestamp_ms, event_ms, record.key, record.value, record.headers
         )
-        return Routed(self._key(RAW_KIND, self._hours.label(event_ms), folders), frame, "", event_ms)
+        return Routed(buffer, frame, "", event_ms)
 
     def dead_letter(self, record: Record, reason: str, detail: str) -> Routed:
         # Filed under its Kafka timestamp's hour; a timestamp that is itself unusable (-1, or a

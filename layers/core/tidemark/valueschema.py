@@ -47,8 +47,16 @@ class ValueSchema:
                 if not nullable:
                     return f"field {name!r} is {'null' if name in value else 'missing'} and not nullable"
             elif not check(item):
-                return f"field {name!r} is {type(item).__name__} {str(item)[:40]!r}, the schema says {kind}"
+                return f"field {name!r} is {_describe(item)}, the schema says {kind}"
         if len(value) > len(self._names) or not self._names.issuperset(value):
             undeclared = sorted(set(value) - self._names)
             return f"undeclared field(s) {', '.join(map(repr, undeclared[:5]))}"
         return None
+
+
+def _describe(item: Any) -> str:
+    """The type, and for a scalar its first characters (never a whole nested structure: str()
+    of a deeply nested list would recurse past Python's limit)."""
+    if isinstance(item, dict | list):
+        return f"a JSON {'object' if isinstance(item, dict) else 'array'}"
+    return f"{type(item).__name__} {str(item)[:40]!r}"

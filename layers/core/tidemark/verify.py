@@ -8,21 +8,21 @@ from __future__ import annotations
 
 import base64
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from tidemark.clock import SystemClock
-from tidemark.config.model import COMPRESSIONS, ArchiveSettings, StreamConfig
+from tidemark.config.model import COMPRESSIONS, StreamConfig
 from tidemark.eventtime import hour_path
-from tidemark.formats import RenderSpec, format_of
+from tidemark.formats import RenderSpec, format_of, kind_of_key
 from tidemark.formats.base import ArchivedEnvelope
 from tidemark.objects.keys import epoch_of_key, folders_of_key, hour_of_key, positions_of_key
 from tidemark.partitioning import MissingPartitionValue, Partitioner
 from tidemark.records.model import Record
-from tidemark.writer.stream import StreamContext
+from tidemark.valuepath import cell
+from tidemark.writer.stream import render_spec
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -124,30 +124,18 @@ def _value_bytes(value: Any, encoding: str) -> bytes:
     return orjson.dumps(value)
 
 
-_FORMAT_OF_EXTENSION = {"jsonl": "jsonl", "parquet": "parquet", "avro": "avro", "csv": "csv", "txt": "text"}
-_FORMAT_OF_EXTENSION["bin"] = "bytes"
-_CODEC_OF_SUFFIX = {"gz": "gzip", "zst": "zstd"}
-
-
 def spec_of_key(key: str, spec: RenderSpec) -> RenderSpec:
     """The render spec an object was written under, as far as its key tells (format and codec)
     and the stream's configuration tells the rest (encodings, value schema, csv columns)."""
-    name = key.rsplit("/", 1)[-1]
-    extension = name.split(".", 1)[1] if "." in name else ""
-    kind, _, suffix = extension.partition(".")
-    if kind not in _FORMAT_OF_EXTENSION:
-        raise ValueError(f"not an archive object: {key!r}")
-    fmt = _FORMAT_OF_EXTENSION[kind]
-    if fmt in ("parquet", "avro"):
-        compression = spec.compression if spec.format == fmt else COMPRESSIONS[fmt][0]  # inside the file
-    else:
-        compression = _CODEC_OF_SUFFIX.get(suffix, "none")
-    return replace(spec, format=fmt, compression=compression)
+    fmt, codec = kind_of_key(key)
+    if codec is None:  # inside the file: the stream's codec, or the format's default
+        codec = spec.compression if spec.format == fmt else COMPRESSIONS[fmt][0]
+    return replace(spec, format=fmt, compression=codec)
 
 
 def _render_spec(stream: StreamConfig | None, value: str, key: str, headers: str) -> RenderSpec:
     if stream is not None:
-        return RenderSpec.decode(StreamContext.build(stream, ArchiveSettings(), SystemClock()).spec)
+        return RenderSpec.decode(render_spec(stream))
     return RenderSpec("jsonl", "gzip", 6, "", key, value, headers)
 
 
@@ -182,14 +170,20 @@ def read_archive(
             partition = positions_of_key(key)[0]
             kept = _kept(object_spec)
             for envelope in format_of(object_spec).read(body, object_spec.context(partition, key)):
-                found.append(_archived(envelope, key, folder, partition, dead, kept))
+                found.append(_archived(envelope, key, folder, partition, dead, kept, object_spec.format == "csv"))
     return found, keys, per_hour
 
 
+CSV_FIELD = "value."  # csv fields are kept under their column names, typed fields under theirs
+
+
 def _archived(
-    envelope: ArchivedEnvelope, key: str, folder: str, partition: int, dead: bool, kept: frozenset[str]
+    envelope: ArchivedEnvelope, key: str, folder: str, partition: int, dead: bool, kept: frozenset[str], csv: bool
 ) -> ArchivedRecord:
     value = envelope.value if envelope.value is not None else orjson.dumps(envelope.fields)
+    fields = envelope.fields
+    if csv and fields is not None:
+        fields = {CSV_FIELD + name: text for name, text in fields.items()}
     return ArchivedRecord(
         envelope.partition if envelope.partition is not None else partition,
         envelope.offset if envelope.offset is not None else -1,
@@ -201,7 +195,7 @@ def _archived(
         RecordMeta(envelope.topic or "", envelope.key, envelope.headers or ()),
         epoch_of_key(key),
         folders_of_key(key),
-        envelope.fields,
+        fields,
         kept,
     )
 
@@ -247,11 +241,11 @@ def verify_archive(
         s3, bucket, stream, raw_prefix, errors_prefix, value_encoding, key_encoding, header_encoding, config=config
     )
     wanted = {identity(item.partition, item.offset, item.epoch): item for item in expected}
-    archived = _place_unpositioned(archived, wanted, value_encoding)
+    folders_of = _expected_folders(config)
+    archived = _place_unpositioned(archived, wanted, value_encoding, folders_of)
     report = VerificationReport(objects=objects, objects_per_hour=per_hour)
     report.produced = len(wanted)
     report.produced_by_partition.update(ident[0] for ident in wanted)
-    folders_of = _expected_folders(config)
     seen: Counter[tuple[int, ...]] = Counter()
     for record in archived:
         ident = identity(record.partition, record.offset, record.epoch)
@@ -278,7 +272,8 @@ def verify_archive(
                 intact = False
         else:
             misfiled = record.dead_letter or record.folder != hour_path(want.hour)
-            if misfiled or (folders_of is not None and record.folders != folders_of(want)):
+            expected_folders = folders_of(want) if folders_of is not None else None
+            if misfiled or (expected_folders is not None and record.folders != expected_folders):
                 report.misfiled.append((*ident, record.key))
             else:
                 intact = intact and _same_value(record, want.value, value_encoding)
@@ -305,30 +300,36 @@ def _same_value(record: ArchivedRecord, produced: bytes, encoding: str) -> bool:
     original = orjson.loads(produced)
     if not isinstance(original, dict):
         return False
-    if all("." not in name for name in record.fields) and set(record.fields) >= set(original):
-        # typed columns of a declared schema: absent and null are both null; 12 == 12.0
-        return all(record.fields[name] == original.get(name) for name in record.fields)
-    return all(cell == _cell(original, path) for path, cell in record.fields.items())  # csv value.<path> columns
+    if any(name.startswith(CSV_FIELD) for name in record.fields):  # csv value.<path> columns: text cells
+        return all(
+            archived == cell(original, name.removeprefix(CSV_FIELD).split("."))
+            for name, archived in record.fields.items()
+        )
+    # typed columns of a declared schema: absent and null are both null; a JSON integer in a
+    # double column is that double
+    return set(record.fields) >= set(original) and all(
+        _same_typed(record.fields[name], original.get(name)) for name in record.fields
+    )
 
 
-def _cell(value: Any, path: str) -> str | None:
-    """What a csv ``value.<path>`` column holds for ``value``."""
-    for part in path.split("."):
-        if not isinstance(value, dict) or part not in value:
-            return None
-        value = value[part]
-    if value is None:
-        return None
-    return value if isinstance(value, str) else orjson.dumps(value).decode()
+def _same_typed(archived: Any, original: Any) -> bool:
+    if isinstance(archived, float) and isinstance(original, int) and not isinstance(original, bool):
+        return archived == float(original)
+    return bool(archived == original)
 
 
-def _expected_folders(config: StreamConfig | None) -> Any:
+def _expected_folders(config: StreamConfig | None) -> Callable[[ExpectedRecord], str | None] | None:
     """``want -> folders`` when the stream is partitioned (None: not checked)."""
     if config is None or not config.partition_by.fields:
         return None
     partitioner = Partitioner(config.partition_by)
+    needs_meta = any(
+        field.field in ("_key", "_topic") or field.field.startswith("_header.") for field in config.partition_by.fields
+    )
 
-    def folders(want: ExpectedRecord) -> str:
+    def folders(want: ExpectedRecord) -> str | None:
+        if want.meta is None and needs_meta:
+            return None  # the expectation does not say: not judged
         meta = want.meta or RecordMeta(config.source.topic, None, ())
         record = Record(meta.topic, want.partition, want.offset, 0, want.value, meta.key, meta.headers)
         parsed = orjson.loads(want.value) if partitioner.needs_value else None
@@ -341,11 +342,22 @@ def _expected_folders(config: StreamConfig | None) -> Any:
 
 
 def _place_unpositioned(
-    archived: list[ArchivedRecord], wanted: dict[tuple[int, ...], ExpectedRecord], encoding: str
+    archived: list[ArchivedRecord],
+    wanted: dict[tuple[int, ...], ExpectedRecord],
+    encoding: str,
+    folders_of: Callable[[ExpectedRecord], str | None] | None,
 ) -> list[ArchivedRecord]:
     """Give records of formats without offsets (text) the offset of the produced record they
     are: the next one, in offset order, of the object's partition, epoch and offset range (its
-    key names them) whose value they equal. One that matches none keeps offset -1 (unexpected)."""
+    key names them) that belongs in the object's hour and folders and whose value they equal.
+    One that matches none keeps offset -1 (unexpected)."""
+
+    def belongs(want: ExpectedRecord, record: ArchivedRecord) -> bool:
+        if want.hour is None or hour_path(want.hour) != record.folder:
+            return False
+        folders = folders_of(want) if folders_of is not None else None
+        return folders is None or folders == record.folders
+
     if all(record.offset >= 0 for record in archived):
         return archived
     candidates: dict[tuple[int, int], list[ExpectedRecord]] = defaultdict(list)
@@ -360,7 +372,12 @@ def _place_unpositioned(
         _partition, first, last = positions_of_key(record.key)
         for want in candidates[(record.partition, record.epoch)]:
             ident = identity(want.partition, want.offset, want.epoch)
-            if first <= want.offset <= last and ident not in taken and _same_value(record, want.value, encoding):
+            if (
+                first <= want.offset <= last
+                and ident not in taken
+                and belongs(want, record)
+                and _same_value(record, want.value, encoding)
+            ):
                 taken.add(ident)
                 record = replace(record, offset=want.offset)
                 break

@@ -119,6 +119,10 @@ class ArchiverFunctionSettings(_Model):
     #: the batch's records to the on-failure destination (the bucket's aws/lambda/ prefix) after
     #: that many retries; Lambda supports this for Kafka only in provisioned mode.
     retry_attempts: int | None = Field(default=None, ge=0, le=10_000)
+    #: auto: the formats layer (pyarrow, fastavro, zstandard) only while the stream's format needs
+    #: it; always: keep it -- when moving a stream off Parquet, Avro, CSV or zstd, until the
+    #: buffers staged under the old format are flushed (a flush without its library waits, alarmed)
+    formats_layer: Literal["auto", "always"] = "auto"
 
     @field_validator("timeout")
     @classmethod

@@ -160,8 +160,14 @@ COMPRESSIONS: dict[str, tuple[str, ...]] = {
 #: what a CSV column may name besides ``value.<dotted path>``
 ENVELOPE_COLUMNS = ("topic", "partition", "offset", "timestamp", "event_time", "key", "value", "headers")
 VALUE_COLUMN = r"^value(\.[A-Za-z_][A-Za-z0-9_]*)+$"
-_AVRO_TYPES = {"string": "string", "long": "long", "int": "long", "double": "double", "float": "double"}
-_AVRO_TYPES["boolean"] = "boolean"
+_AVRO_TYPES = {
+    "string": "string",
+    "long": "long",
+    "int": "long",
+    "double": "double",
+    "float": "double",
+    "boolean": "boolean",
+}
 
 
 class ValueField(_Model):
@@ -323,7 +329,7 @@ class PartitionByConfig(_Model):
     style: Literal["values", "keys_and_values"] = "values"
     hour_folders: Literal["plain", "hive"] = "plain"
     missing: Literal["folder", "dead_letter"] = "folder"
-    max_value_length: int = Field(default=64, ge=16, le=256)  # longer values are cut and get a hash suffix
+    max_value_length: int = Field(default=64, ge=24, le=256)  # longer values are cut and get a hash suffix
 
     @field_validator("fields")
     @classmethod
@@ -332,6 +338,19 @@ class PartitionByConfig(_Model):
         if len(set(names)) != len(names):
             raise ValueError(f"partition names must be unique, got {names} (set name: to tell them apart)")
         return value
+
+    @property
+    def max_folders_length(self) -> int:
+        """No record's partition-by folders are longer (``name=`` and ``/`` included)."""
+        return sum(len(field.name) + 2 + self.max_value_length for field in self.fields)
+
+
+#: S3's limit on a key's length (UTF-8 bytes; every character of a Tidemark key is ASCII)
+S3_MAX_KEY = 1024
+#: an object key besides its prefix, the stream name (twice) and its partition-by folders: the
+#: Hive hour folders (35), partition (10 digits), epoch (``e`` + 10 digits + ``+``), two 20-digit
+#: offsets, separators and the longest extension
+KEY_FIXED_PART = 130
 
 
 class DeadLetterConfig(_Model):
@@ -525,6 +544,17 @@ class TidemarkConfig(_Model):
                 raise ValueError(
                     f"streams[{index}].source.cluster_arn is required when kind is 'msk' "
                     "(or set dev_cluster.enabled to read from a dev MSK Serverless cluster)"
+                )
+            longest_key = (
+                max(len(self.archive.raw_prefix), len(self.archive.errors_prefix))
+                + 2 * len(stream.name)
+                + stream.partition_by.max_folders_length
+                + KEY_FIXED_PART
+            )
+            if longest_key > S3_MAX_KEY:
+                raise ValueError(
+                    f"streams[{index}].partition_by: object keys could be {longest_key} characters, over S3's "
+                    f"{S3_MAX_KEY}: use fewer fields, shorter names or a smaller max_value_length"
                 )
             if stream.flush.max_age < self.sweeper.interval:
                 raise ValueError(

@@ -13,6 +13,32 @@ from tidemark.formats.base import ArchivedEnvelope, ObjectFormat, RenderContext,
 from tidemark.formats.jsonl import JsonLinesFormat
 
 FORMATS = ("jsonl", "parquet", "avro", "csv", "text", "bytes")
+#: an object's extension names its format; the line formats add their codec's suffix
+BASE_EXTENSIONS = {"jsonl": "jsonl", "parquet": "parquet", "avro": "avro", "csv": "csv", "text": "txt", "bytes": "bin"}
+CODEC_INSIDE = frozenset({"parquet", "avro"})  # compressed inside the file: no suffix
+_FORMAT_OF_BASE = {base: fmt for fmt, base in BASE_EXTENSIONS.items()}
+_CODEC_OF_SUFFIX = {"": "none", "gz": "gzip", "zst": "zstd"}
+
+
+def extension_of(type_: str, compression: str) -> str:
+    """An object's extension, without importing the format's library: object keys are decided
+    when a buffer is sealed, which must not need the library (it may be missing for a while)."""
+    if type_ in CODEC_INSIDE:
+        return BASE_EXTENSIONS[type_]
+    from tidemark.formats.compression import extension
+
+    return extension(BASE_EXTENSIONS[type_], compression)
+
+
+def kind_of_key(key: str) -> tuple[str, str | None]:
+    """``(format, codec)`` an object key names by its extension; the codec is ``None`` for
+    Parquet and Avro (inside the file). ``ValueError`` for a key that is not an archive object's."""
+    name = key.rsplit("/", 1)[-1]
+    base, _, suffix = (name.split(".", 1)[1] if "." in name else "").partition(".")
+    fmt = _FORMAT_OF_BASE.get(base)
+    if fmt is None or (fmt in CODEC_INSIDE and suffix) or (fmt not in CODEC_INSIDE and suffix not in _CODEC_OF_SUFFIX):
+        raise ValueError(f"not an archive object: {key!r}")
+    return fmt, None if fmt in CODEC_INSIDE else _CODEC_OF_SUFFIX[suffix]
 
 
 def format_for(type_: str, compression: str, gzip_level: int = 6) -> ObjectFormat:
@@ -55,6 +81,8 @@ __all__ = [
     "RenderContext",
     "RenderSpec",
     "ValueColumn",
+    "extension_of",
     "format_for",
     "format_of",
+    "kind_of_key",
 ]

@@ -12,7 +12,7 @@ in the same chunks (every format chunks by record count, never by time or buffer
 * ``none``: the bytes as they are.
 
 Parquet and Avro compress inside the file (their own codecs) and do not use this module's
-codecs, only its :class:`PositionedSink` and :func:`chunked`.
+codecs, only its :class:`PositionedSink` (and Parquet :func:`chunked`).
 """
 
 from __future__ import annotations

@@ -45,22 +45,13 @@ from tidemark.formats.base import ArchivedEnvelope, RenderContext
 from tidemark.formats.compression import chunked, compressed, decompress, extension
 from tidemark.formats.jsonl import DECODE_STRING, ENCODE_STRING, ms_of_iso
 from tidemark.staging.frames import Frame
+from tidemark.valuepath import cell
 
 CHUNK_ROWS = 16_384
 CHUNK_BYTES = 16 * 1024 * 1024
 # Lines end in "\n", pyarrow's default: the Lambda layer's pyarrow 20 has no ``eol`` option.
 _WRITE_OPTIONS: dict[str, Any] = {"delimiter": ",", "quoting_style": "needed"}
 _INTS = ("partition", "offset", "timestamp")
-
-
-def _cell(value: Any, path: Sequence[str]) -> str | None:
-    for part in path:
-        if not isinstance(value, dict):
-            return None
-        value = value.get(part)
-    if value is None:
-        return None
-    return value if isinstance(value, str) else orjson.dumps(value).decode()
 
 
 class CsvFormat:
@@ -87,19 +78,7 @@ class CsvFormat:
         """Every row back: envelope columns mapped to the envelope (ints, event time from
         ISO-8601, key, value and headers to bytes), ``value.<path>`` columns into ``fields``
         keyed by the path (``None`` for an empty cell)."""
-        data = decompress(body, self.compression)
-        header_line = data.split(b"\n", 1)[0].decode("utf-8")
-        names = next(pycsv.reader([header_line])) if header_line else []
-        table = pacsv.read_csv(
-            io.BytesIO(data),
-            parse_options=pacsv.ParseOptions(newlines_in_values=True),
-            convert_options=pacsv.ConvertOptions(
-                column_types={name: pa.string() for name in names},
-                strings_can_be_null=True,
-                quoted_strings_can_be_null=False,
-                null_values=[""],
-            ),
-        )
+        table = read_table(decompress(body, self.compression))
         cells = {name: table.column(name).to_pylist() for name in table.column_names}
         paths = [name for name in table.column_names if name.startswith("value.")]
         key_of = DECODE_STRING[context.key_encoding]
@@ -178,7 +157,24 @@ def _table(chunk: list[Frame], context: RenderContext, columns: Sequence[str], s
             )
         elif name.startswith("value."):
             path = name.split(".")[1:]
-            arrays.append(pa.array([_cell(item, path) for item in parsed] if parsed else [None] * n, pa.string()))
+            arrays.append(pa.array([cell(item, path) for item in parsed] if parsed else [None] * n, pa.string()))
         else:
             raise ValueError(f"unknown csv column {name!r}")
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def read_table(data: bytes) -> pa.Table:
+    """Uncompressed CSV as this format writes it, every cell text: an empty unquoted cell is
+    null, a quoted one the empty string (the archive checker and the Spark job both read so)."""
+    header_line = data.split(b"\n", 1)[0].decode("utf-8")
+    names = next(pycsv.reader([header_line])) if header_line else []
+    return pacsv.read_csv(
+        io.BytesIO(data),
+        parse_options=pacsv.ParseOptions(newlines_in_values=True),
+        convert_options=pacsv.ConvertOptions(
+            column_types={name: pa.string() for name in names},
+            strings_can_be_null=True,
+            quoted_strings_can_be_null=False,
+            null_values=[""],
+        ),
+    )

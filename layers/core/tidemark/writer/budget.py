@@ -23,10 +23,11 @@ _ITEM_OVERHEAD = 700  # top-level attributes and their names
 
 
 def _buffer_bound(buffer: OpenBuffer) -> int:
+    # the buffer key is written twice: as the map's key (or in a flush id) and in the buffer
     return (
         _BUFFER_OVERHEAD
         + len(buffer.spec)
-        + len(str(buffer.key))
+        + 2 * len(str(buffer.key))
         + sum(len(segment.name) + _SEGMENT_OVERHEAD for segment in buffer.segments)
     )
 
@@ -68,7 +69,7 @@ class ItemBudget:
         grown = (
             self._upper_bound(state)
             + segments * (_SEGMENT_NAME + _SEGMENT_OVERHEAD)
-            + new_buffers * (_BUFFER_OVERHEAD + buffer_extra + 32)
+            + new_buffers * (_BUFFER_OVERHEAD + 2 * buffer_extra + 64)
             + (len(state.buffers) + new_buffers) * (key_bound + _SEAL_OVERHEAD)
             + 2 * _FINGERPRINT
         )

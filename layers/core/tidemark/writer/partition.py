@@ -101,16 +101,11 @@ class PartitionWriter:
         self._gc_times = gc_times if gc_times is not None else {}
         self._key = (stream.name, partition)
         self._budget = ItemBudget(ledger, int(stream.archive.ledger_item_budget))
-        # No object key of this partition is longer (prefix, stream twice, partition-by folders,
-        # hour folders, epoch, offsets, extension).
-        self._key_bound = (
-            max(len(stream.archive.raw_prefix), len(stream.archive.errors_prefix))
-            + 2 * len(stream.name)
-            + stream.max_folders_length
-            + 130
-        )
+        self._key_bound = stream.max_key_length  # no object key of this partition is longer
         # No new buffer's spec and folders are longer.
-        self._buffer_extra = max(len(stream.spec), len(stream.errors_spec)) + stream.max_folders_length
+        self._buffer_extra = (
+            max(len(stream.spec), len(stream.errors_spec)) + stream.config.partition_by.max_folders_length
+        )
 
     # -- the run ------------------------------------------------------------------------------
 
@@ -517,9 +512,11 @@ class PartitionWriter:
                 # Damaged or missing segments, or another object under the key: set aside, never
                 # uploaded over anything, and the partition keeps flowing.
                 state = self._quarantine(flush, str(exc), state, outcome)
-            except (BotoCoreError, ClientError, S3UploadFailedError, OSError, LedgerConflictError) as exc:
-                # S3 or the spool disk failed: the flush stays sealed and a later run resumes it.
-                # Anything else (a bug) propagates and fails the invocation.
+            except (BotoCoreError, ClientError, S3UploadFailedError, OSError, LedgerConflictError, ImportError) as exc:
+                # S3 or the spool disk failed, or the buffer's format library is missing (the
+                # formats layer removed by a deploy while buffers of that format were staged): the
+                # flush stays sealed (counted, alarmed) and a later run resumes it. Anything else
+                # (a bug) propagates and fails the invocation.
                 state = self._load()
                 if flush_id not in state.sealed:
                     logger.info("flush finished by a concurrent writer", extra={**self._log, "flush": flush_id})

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 from tidemark.buffers import ERRORS_KIND, RAW_KIND, BufferKey
 from tidemark.clock import Clock
-from tidemark.config.model import ArchiveSettings, StreamConfig
+from tidemark.config.model import KEY_FIXED_PART, ArchiveSettings, StreamConfig
 from tidemark.flush import FlushPolicy
-from tidemark.formats import ObjectFormat, RenderSpec, format_of
+from tidemark.formats import ObjectFormat, RenderSpec, extension_of, format_of
 from tidemark.ledger.model import OpenBuffer
 from tidemark.objects.keys import object_key
 from tidemark.routing import Router
@@ -29,18 +29,6 @@ class StreamContext:
 
     @classmethod
     def build(cls, config: StreamConfig, archive: ArchiveSettings, clock: Clock) -> StreamContext:
-        fmt = config.format
-        spec = RenderSpec(
-            format=fmt.type,
-            compression=fmt.compression,
-            gzip_level=fmt.gzip_level,
-            topic=config.source.topic,
-            key_encoding=config.encoding.key,
-            value_encoding=config.encoding.value,
-            header_encoding=config.encoding.headers,
-            value_schema=fmt.value_schema.encoded if fmt.value_schema is not None else "",
-            columns=",".join(fmt.csv_columns) if fmt.type == "csv" else "",
-        )
         kind, compression, level = DEAD_LETTER_FORMAT
         errors = RenderSpec(
             kind,
@@ -51,7 +39,9 @@ class StreamContext:
             config.encoding.value,
             config.encoding.headers,
         )
-        return cls(config, archive, Router(config, clock), FlushPolicy(config.flush), spec.encode(), errors.encode())
+        return cls(
+            config, archive, Router(config, clock), FlushPolicy(config.flush), render_spec(config), errors.encode()
+        )
 
     @property
     def name(self) -> str:
@@ -68,7 +58,7 @@ class StreamContext:
 
     def object_key(self, partition: int, buffer: OpenBuffer, epoch: int = 0) -> str:
         prefix = {RAW_KIND: self.archive.raw_prefix, ERRORS_KIND: self.archive.errors_prefix}[buffer.key.kind]
-        fmt, _spec = self.format_of(buffer)
+        spec = RenderSpec.decode(buffer.spec)
         return object_key(
             prefix,
             self.name,
@@ -76,14 +66,34 @@ class StreamContext:
             partition,
             buffer.first,
             buffer.last,
-            fmt.extension,
+            extension_of(spec.format, spec.compression),
             epoch,
             folders=buffer.key.folders,
             hive_hours=self.config.partition_by.hour_folders == "hive",
         )
 
     @property
-    def max_folders_length(self) -> int:
-        """No partition-by folders of this stream are longer (object key length bounds)."""
-        by = self.config.partition_by
-        return sum(len(field.name) + 2 + by.max_value_length for field in by.fields) + 20
+    def max_key_length(self) -> int:
+        """No object key of this stream is longer (the config keeps it within S3's limit)."""
+        return (
+            max(len(self.archive.raw_prefix), len(self.archive.errors_prefix))
+            + 2 * len(self.name)
+            + self.config.partition_by.max_folders_length
+            + KEY_FIXED_PART
+        )
+
+
+def render_spec(config: StreamConfig) -> str:
+    """The encoded render spec raw buffers of ``config`` open under."""
+    fmt = config.format
+    return RenderSpec(
+        format=fmt.type,
+        compression=fmt.compression,
+        gzip_level=fmt.gzip_level,
+        topic=config.source.topic,
+        key_encoding=config.encoding.key,
+        value_encoding=config.encoding.value,
+        header_encoding=config.encoding.headers,
+        value_schema=fmt.value_schema.encoded if fmt.value_schema is not None else "",
+        columns=",".join(fmt.csv_columns) if fmt.type == "csv" else "",
+    ).encode()
