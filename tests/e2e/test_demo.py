@@ -178,9 +178,9 @@ def test_demo_in_parquet_partitioned_by_country_and_channel_is_exactly_once(kafk
 
     done = tidemark(
         "demo",
-        "--records", "900", "--partitions", "2", "--format", "parquet", "--compression", "zstd",
+        "--records", "500", "--partitions", "2", "--format", "parquet", "--compression", "zstd",
         "--partition-by", "_value.country", "--partition-by", "_header.channel",
-        "--chaos", "--crash-rate", "0.2", "--seed", "3", "--batch-size", "100", "--flush-records", "150",
+        "--chaos", "--crash-rate", "0.2", "--seed", "3", "--batch-size", "80", "--flush-records", "100",
         "--bootstrap-servers", kafka_bootstrap, "--endpoint-url", moto_endpoint,
         "--topic", topic, "--bucket", bucket, "--ledger-table", table,
         "--workdir", tmp_path / "work", "--report-json", report_path, "--no-aggregate",
@@ -188,7 +188,7 @@ def test_demo_in_parquet_partitioned_by_country_and_channel_is_exactly_once(kafk
 
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(report_path.read_text())
-    assert report["result"] == "PASS" and report["verification"]["produced"] == 900
+    assert report["result"] == "PASS" and report["verification"]["produced"] == 500
     data = example_config_data()
     data["streams"][0]["format"] = {"type": "parquet", "compression": "zstd"}
     data["streams"][0]["partition_by"] = {"fields": ["_value.country", "_header.channel"]}
@@ -197,7 +197,7 @@ def test_demo_in_parquet_partitioned_by_country_and_channel_is_exactly_once(kafk
     s3 = boto3.client("s3", endpoint_url=moto_endpoint)
     verification = verify_archive(s3, bucket, "orders", truth, config=config.streams[0])
     assert verification.ok, verification.summary()
-    assert verification.archived + verification.dead_lettered == 900
+    assert verification.archived + verification.dead_lettered == 500
     raw = [
         item["Key"]
         for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix="raw/orders/")

@@ -15,10 +15,10 @@ from tests.support.workload import Workload, utc_hour
 from tidemark.archiver import Archiver
 from tidemark.config import TidemarkConfig, parse_config
 from tidemark.records.model import Record
-from tidemark.verify import ExpectedRecord
+from tidemark.verify import ExpectedRecord, verify_archive
 
 CREATED_S = 1_795_244_400  # 2026-11-21T07:00:00Z: one event hour for every record
-DISTINCT = 240
+DISTINCT = 150
 OPEN_LIMIT = 6
 
 
@@ -77,3 +77,43 @@ def test_every_record_of_its_own_value_stays_within_the_item_budget(archive: Arc
     assert any("/tenant=__missing__/" in key for key in keys)
     long_level = next(key.split("/")[2] for key in keys if key.split("/")[2].startswith("tenant=ttt"))
     assert len(long_level) == len("tenant=") + 64 and "~" in long_level
+
+
+def test_values_breaking_the_declared_schema_are_dead_lettered_and_nothing_is_lost(archive: Archive) -> None:
+    """Avro with a declared value schema: orders whose ``price`` is text, or that carry an
+    undeclared field, go to the dead-letter objects with ``schema_mismatch`` and every byte;
+    the rest are archived as typed records -- each record exactly once."""
+    data = example_config_data()
+    stream = data["streams"][0]
+    stream["flush"] = {"max_records": 40, "max_bytes": "1MiB", "max_age": "15m"}
+    stream["format"] = {
+        "type": "avro",
+        "value_schema": {
+            "fields": [
+                {"name": "order_id", "type": "string"},
+                {"name": "price", "type": "double"},
+                {"name": "quantity", "type": "long"},
+                {"name": "created_at", "type": "long"},
+                {"name": "tenant", "type": "string", "nullable": True},
+            ]
+        },
+    }
+    config = parse_config(data)
+    records, expected = [], []
+    for offset in range(120):
+        order: dict[str, object] = {"order_id": f"o-{offset}", "price": 2.5, "quantity": 1, "created_at": CREATED_S}
+        if offset % 10 == 3:
+            order["price"] = "2.50"  # a string where the schema says double
+        elif offset % 10 == 7:
+            order["coupon"] = "X"  # a field the schema does not declare
+        value = orjson.dumps(order)
+        records.append(Record("orders", 0, offset, CREATED_S * 1000, value, f"o-{offset}".encode()))
+        bad = offset % 10 in (3, 7)
+        expected.append(ExpectedRecord(0, offset, value, None if bad else utc_hour(CREATED_S * 1000)))
+    workload = Workload({0: records}, expected)
+    esm = EsmModel(workload, lambda crash: archive.runtime(config, crash))
+    esm.drain(40)
+    finish(archive, config, esm)
+    assert_exactly_once(archive, config, esm)
+    report = verify_archive(archive.s3, archive.bucket, "orders", expected, config=config.streams[0])
+    assert report.dead_letter_reasons == {"schema_mismatch": 24} and report.archived == 96

@@ -96,6 +96,32 @@ def test_reconciliation_flags_what_differs_and_never_deletes(archive):
     assert stranger in listed and keys[1] in listed  # nothing removed or rewritten
 
 
+def test_reconciliation_of_a_partitioned_stream_in_hive_folders(archive):
+    """Parquet under ``country=`` folders and Hive hour folders: the hour's objects are spread
+    over one folder per country, which the reconciler lists from the ledger's commits."""
+    config = small_config(
+        max_records=30,
+        format={"type": "parquet"},
+        partition_by={"fields": ["_value.country"], "style": "keys_and_values", "hour_folders": "hive"},
+    )
+    runtime, _orders = archive_workload(archive, config, partitions=1, per_partition=150, hours=1)
+    archive.clock.advance(minutes=16)
+    sweep_partition(runtime, "orders", 0)
+    keys = sorted(o["Key"] for o in archive.s3.list_objects_v2(Bucket=archive.bucket, Prefix="raw/")["Contents"])
+    assert len({key.split("/")[2] for key in keys}) == 5 and all("/year=2026/month=11/" in key for key in keys)
+    now = archive.clock.now_ms()
+    clean = Reconciler(runtime).run(now)
+    assert clean.findings == [] and clean.objects_checked >= len(keys)
+
+    archive.s3.delete_object(Bucket=archive.bucket, Key=keys[0])
+    stranger = keys[-1].rsplit("/", 1)[0] + "/orders+0+00000000000000099999-00000000000000099999.parquet"
+    archive.s3.put_object(Bucket=archive.bucket, Key=stranger, Body=b"PAR1")
+    findings = Reconciler(runtime).run(now).findings
+    assert sorted((f.kind, f.key) for f in findings) == sorted(
+        [("missing_object", keys[0]), ("unknown_object", stranger)]
+    )
+
+
 def test_an_object_uploaded_but_not_yet_committed_is_in_flight_not_unknown(archive):
     from tidemark.faults import AFTER_UPLOAD, CrashAt, SimulatedCrash
 

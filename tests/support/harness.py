@@ -57,7 +57,7 @@ PARTITIONED_FORMATS = {
     "avro": {
         "format": {"type": "avro", "compression": "snappy"},
         "partition_by": {
-            "fields": ["_value.country", "_header.source"],
+            "fields": ["_header.source"],
             "style": "keys_and_values",
             "hour_folders": "hive",
         },
