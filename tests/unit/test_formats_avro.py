@@ -5,13 +5,13 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import fastavro
 import pytest
 import zstandard
 
+from tests.support.independent import expected_envelopes
 from tests.unit.test_formats_parquet import SCHEMA, TYPED_CONTEXT, TYPED_FIELDS, TYPED_FRAMES
 from tests.unit.test_formats_registry import CONTEXTS, JSON_CONTEXT, TS, envelopes, frames_for, render
 from tidemark.formats import format_for
@@ -20,31 +20,6 @@ from tidemark.formats.base import RenderContext
 from tidemark.staging.frames import RAW, Frame
 
 CODECS = ("deflate", "snappy", "zstandard", "null")
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def as_string(data: bytes | None, encoding: str) -> Any:
-    if data is None:
-        return None
-    return data.decode() if encoding in ("text", "json") else data
-
-
-def expected_records(frames: list[Frame], context: RenderContext) -> list[dict[str, Any]]:
-    return [
-        {
-            "topic": context.topic,
-            "partition": context.partition,
-            "offset": frame.offset,
-            "timestamp": frame.timestamp_ms,
-            "event_time": EPOCH + timedelta(milliseconds=frame.event_time_ms),
-            "key": as_string(frame.key, context.key_encoding),
-            "value": as_string(frame.value, context.value_encoding),
-            "headers": [
-                {"key": name, "value": as_string(data, context.header_encoding)} for name, data in frame.headers
-            ],
-        }
-        for frame in frames
-    ]
 
 
 def read_all(body: bytes) -> tuple[Any, list[Any]]:
@@ -59,7 +34,7 @@ def test_every_record_reads_back_with_fastavro(codec: str, encoding: str) -> Non
     body = render(format_for("avro", codec, 9), frames, context)
     assert body[:4] == b"Obj\x01"
     reader, records = read_all(body)
-    assert records == expected_records(frames, context)
+    assert records == expected_envelopes(frames, context)
     assert reader.codec == codec
     assert set(reader.metadata) == {"avro.schema", "avro.codec"}
     assert list(AvroFormat(codec).read(body, context)) == envelopes(frames, context)

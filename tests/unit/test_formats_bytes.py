@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import gzip
 import struct
 
 import pytest
-import zstandard
 
+from tests.support.independent import plain
 from tests.unit.test_formats_registry import CONTEXTS, EVENT, TS, envelopes, frames_for, render, text_frames
 from tidemark.formats import format_for
 from tidemark.formats.base import RenderContext
@@ -15,14 +14,6 @@ from tidemark.formats.bytes import BytesFormat
 from tidemark.staging.frames import RAW, Frame
 
 CODECS = ("gzip", "zstd", "none")
-
-
-def plain(body: bytes, codec: str) -> bytes:
-    if codec == "gzip":
-        return gzip.decompress(body)
-    if codec == "zstd":
-        return zstandard.ZstdDecompressor().decompressobj().decompress(body)
-    return body
 
 
 def parse(data: bytes) -> tuple[str, int, list[Frame]]:

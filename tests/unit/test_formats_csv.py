@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import base64
 import csv
-import gzip
 import io
 import json
 
 import pytest
-import zstandard
 
+from tests.support.independent import plain
 from tests.unit.test_formats_registry import CONTEXTS, EVENT, JSON_CONTEXT, TS, envelopes, frames_for, render
 from tidemark.config.model import ENVELOPE_COLUMNS
 from tidemark.eventtime import iso_utc
@@ -20,14 +19,6 @@ from tidemark.formats.csv import CsvFormat
 from tidemark.staging.frames import RAW, Frame
 
 CODECS = ("gzip", "zstd", "none")
-
-
-def plain(body: bytes, codec: str) -> bytes:
-    if codec == "gzip":
-        return gzip.decompress(body)
-    if codec == "zstd":
-        return zstandard.ZstdDecompressor().decompressobj().decompress(body)
-    return body
 
 
 def rows_of(body: bytes, codec: str) -> list[list[str]]:

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import base64
 import io
-from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tests.support.independent import expected_envelopes
 from tests.unit.test_formats_registry import (
     CONTEXTS,
     EVENT,
@@ -26,31 +25,6 @@ from tidemark.formats.parquet import ParquetFormat, arrow_schema
 from tidemark.staging.frames import RAW, Frame
 
 CODECS = {"snappy": "SNAPPY", "zstd": "ZSTD", "gzip": "GZIP", "none": "UNCOMPRESSED"}
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def as_string(data: bytes | None, encoding: str) -> Any:
-    if data is None:
-        return None
-    return data.decode() if encoding in ("text", "json") else data
-
-
-def expected_rows(frames: list[Frame], context: RenderContext) -> list[dict[str, Any]]:
-    return [
-        {
-            "topic": context.topic,
-            "partition": context.partition,
-            "offset": frame.offset,
-            "timestamp": frame.timestamp_ms,
-            "event_time": EPOCH + timedelta(milliseconds=frame.event_time_ms),
-            "key": as_string(frame.key, context.key_encoding),
-            "value": as_string(frame.value, context.value_encoding),
-            "headers": [
-                {"key": name, "value": as_string(data, context.header_encoding)} for name, data in frame.headers
-            ],
-        }
-        for frame in frames
-    ]
 
 
 @pytest.mark.parametrize("codec", list(CODECS))
@@ -60,7 +34,7 @@ def test_every_record_reads_back_with_pyarrow(codec: str, encoding: str) -> None
     body = render(format_for("parquet", codec), frames, context)
     assert body[:4] == b"PAR1" and body[-4:] == b"PAR1"
     table = pq.read_table(io.BytesIO(body))
-    assert table.to_pylist() == expected_rows(frames, context)
+    assert table.to_pylist() == expected_envelopes(frames, context)
     metadata = pq.ParquetFile(io.BytesIO(body)).metadata
     assert metadata.format_version == "2.6"
     assert {metadata.row_group(0).column(i).compression for i in range(metadata.num_columns)} == {CODECS[codec]}
@@ -177,7 +151,7 @@ def test_large_buffers_are_written_in_bounded_row_groups(monkeypatch: pytest.Mon
     assert [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)] == [1_000] * 4 + [500]
     table = pq.read_table(io.BytesIO(body))
     assert table.column("offset").to_pylist() == list(range(4_500))
-    assert table.to_pylist() == expected_rows(frames, JSON_CONTEXT)
+    assert table.to_pylist() == expected_envelopes(frames, JSON_CONTEXT)
     assert list(ParquetFormat().read(body, JSON_CONTEXT)) == envelopes(frames, JSON_CONTEXT)
     monkeypatch.setattr("tidemark.formats.parquet.ROW_GROUP_BYTES", 10_000)
     metadata = pq.ParquetFile(io.BytesIO(render(ParquetFormat(), frames, JSON_CONTEXT))).metadata
