@@ -30,7 +30,7 @@ def _python_type(values: list[Any]) -> pa.DataType:
     kinds = {type(value) for value in values if value is not None}
     if kinds == {bool}:
         return pa.bool_()
-    if kinds == {int}:
+    if kinds == {int} and all(-(2**63) <= value < 2**63 for value in values if value is not None):
         return pa.int64()
     if kinds and kinds <= {int, float}:
         return pa.float64()
@@ -44,8 +44,8 @@ def python_column(values: list[Any], kind: pa.DataType) -> pa.Array:
         values = [v if isinstance(v, int | float) and not isinstance(v, bool) else None for v in values]
     try:
         return pa.array(values, kind)
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        return pa.nulls(len(values), kind)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:  # e.g. an integer beyond int64
+        raise EnvelopeError(f"values do not fit {kind}: {exc}") from None  # loudly, never as nulls
 
 
 def _parse_in_python(values: list[bytes]) -> pa.Table:
@@ -112,6 +112,9 @@ def parse_values(values: list[bytes] | pa.Array | pa.ChunkedArray) -> pa.Table:
     return _parse_in_python(values)
 
 
+_JSON_NUMBER = r"^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?$"
+
+
 def infer_text(column: pa.Array | pa.ChunkedArray) -> pa.Array:
     """The type of a CSV ``value.<path>`` column, whose cells are text (strings as they are,
     numbers and booleans as their JSON text): every non-empty cell an integer -> int64, a
@@ -123,11 +126,14 @@ def infer_text(column: pa.Array | pa.ChunkedArray) -> pa.Array:
     column = column.cast(pa.string())
     if column.null_count == len(column):
         return pa.nulls(len(column))
-    for kind in (pa.int64(), pa.float64()):
-        try:
-            return column.cast(kind)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            continue
+    # only JSON's number syntax: Arrow's cast would also take "nan", "inf" or "+5", text a
+    # JSON number never renders as
+    if pc.all(pc.match_substring_regex(column.drop_null(), _JSON_NUMBER)).as_py():
+        for kind in (pa.int64(), pa.float64()):
+            try:
+                return column.cast(kind)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                continue
     if pc.all(pc.is_in(column.drop_null(), pa.array(["true", "false"]))).as_py():
         return pc.equal(column, "true")
     return column

@@ -200,6 +200,8 @@ def test_infer_text_and_nest_paths() -> None:
     assert infer_text(pa.array(["1", None, "-2"])).type == pa.int64()
     assert infer_text(pa.array(["1", "1e3"])).to_pylist() == [1.0, 1000.0]
     assert infer_text(pa.array(["true", None])).to_pylist() == [True, None]
+    for text in ("nan", "inf", "+5", "1.", "0x10"):  # Arrow casts them; JSON never renders a number so
+        assert infer_text(pa.array([text, "1"])).to_pylist() == [text, "1"]
     assert infer_text(pa.array(["1", "x"])).to_pylist() == ["1", "x"]
     assert infer_text(pa.array([None, None], pa.string())).type == pa.null()
     leaf = pa.array(["{}"])
@@ -269,3 +271,14 @@ def test_only_parquet_json_lines_and_csv_with_safe_keys_go_to_spark() -> None:
         ]
     )
     assert plan_reads(objects, native=False).arrow == objects
+
+
+def test_an_integer_beyond_int64_widens_the_field_to_double_never_to_nulls() -> None:
+    from jobs.aggregation.values import python_column
+
+    mixed = parse_values([b'{"a":1}', b'{"a":1180591620717411303424}', b'{"a":"x"}']).column("a").to_pylist()
+    assert None not in mixed and mixed[2] == "x"  # mixed kinds: text
+    table = parse_values([b'{"a":1}', b'{"a":1180591620717411303424}'])
+    assert table.column("a").to_pylist() == [1.0, 1180591620717411303424.0]
+    with pytest.raises(EnvelopeError, match="do not fit int64"):
+        python_column([2**70], pa.int64())
