@@ -52,7 +52,8 @@ integration: install
 e2e: install
 	$(PY) -m pytest tests/e2e $(PYTEST_ARGS)
 
-# The whole pipeline on this machine (broker, moto, local ESM, archiver): `make demo ARGS=--chaos`.
+# The whole pipeline on this machine (broker or Kinesis on moto, local ESM, archiver):
+# `make demo ARGS=--chaos`, `make demo ARGS="--source kinesis --chaos"`.
 demo: install
 	$(VENV)/bin/tidemark demo $(ARGS)
 

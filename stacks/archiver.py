@@ -1,12 +1,14 @@
-"""The archiver: one Lambda function per stream, fed by an MSK event source mapping.
+"""The archiver: one Lambda function per stream, fed by an MSK or a Kinesis event source mapping.
 
     MSK topic ──ESM (batch size, window, starting position, group)──▶ archiver(stream) ──▶ EFS, ledger, S3
+    Kinesis stream (or its EFO consumer) ──ESM (batch size, window, starting position)──▶ archiver(stream)
 
-A function per stream keeps each stream's grants to its own topic, group and key prefixes, and
-lets streams be sized and throttled apart. The mapping commits a batch's offsets only after the
-function returned (invariant 6); a failing batch is retried until it succeeds unless the stream
-sets ``archiver.retry_attempts``, and then its records go to the on-failure destination, the
-bucket's ``aws/lambda/`` prefix, so nothing is lost.
+A function per stream keeps each stream's grants to its own topic, group (or Kinesis stream) and
+key prefixes, and lets streams be sized and throttled apart. The mapping commits a batch's
+offsets (checkpoints a shard's sequence number) only after the function returned (invariant 6);
+a failing batch is retried until it succeeds unless an MSK stream sets ``archiver.retry_attempts``,
+and then its records go to the on-failure destination, the bucket's ``aws/lambda/`` prefix, so
+nothing is lost.
 
 Every function runs on the core layer; the function of a stream whose objects need Parquet, Avro,
 CSV or zstd (``needs_format_layer``) also on the formats layer, and only that one: the formats
@@ -16,6 +18,7 @@ layer is large (Lambda's 250 MB unzipped limit) and its imports lengthen a cold 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC
 from pathlib import Path
 
 import jsii
@@ -98,12 +101,21 @@ class ArchiverConstruct(Construct):
                         " formats layer, and the archiver was given none"
                     )
                 layers.append(formats_layer)
+            if stream.source.kind == "kinesis" and stream.archiver.provisioned_pollers is not None:
+                raise ConfigError(
+                    f"streams[{index}].archiver.provisioned_pollers: provisioned mode is for Kafka event source "
+                    "mappings; a Kinesis mapping scales with the stream's shards"
+                )
             fn = self._function(stream, code, layers, environment, placement)
             grant_ledger(ledger_table, fn)
             access.put(fn, stream_prefixes(config.archive.raw_prefix, config.archive.errors_prefix, stream.name))
             for statement in source.read_statements(stream):
                 fn.add_to_role_policy(statement)
-            self.mappings[stream.name] = self._mapping(stream, fn, source, access)
+            self.mappings[stream.name] = (
+                self._kinesis_mapping(stream, fn, source, access)
+                if stream.source.kind == "kinesis"
+                else self._mapping(stream, fn, source, access)
+            )
             self.functions[stream.name] = fn
 
     def _function(
@@ -127,7 +139,11 @@ class ArchiverConstruct(Construct):
             memory_mb=settings.memory_mb,
             reserved_concurrency=settings.reserved_concurrency,
             ephemeral_mb=spool_mb(int(stream.flush.max_bytes)),
-            description=f"archives topic {stream.source.topic} into stream {stream.name}",
+            description=(
+                f"archives Kinesis stream {stream.source.topic} into stream {stream.name}"
+                if stream.source.kind == "kinesis"
+                else f"archives topic {stream.source.topic} into stream {stream.name}"
+            ),
         ).function
 
     def _mapping(
@@ -160,4 +176,48 @@ class ArchiverConstruct(Construct):
                     lambda_.MetricType.KAFKA_METRICS,
                 ]
             ),
+        )
+
+    def _kinesis_mapping(
+        self, stream: StreamConfig, fn: lambda_.Function, source: SourceConstruct, access: ArchiveAccess
+    ) -> lambda_.EventSourceMapping:
+        """The stream's Kinesis mapping, on the data stream or (``consumer: efo``) its consumer.
+
+        A plain ``EventSourceMapping`` rather than ``KinesisEventSource``: that one grants the
+        stream's ``grantRead`` (ListStreams, SubscribeToShard and DescribeStreamConsumer on the
+        stream, which are not stream actions); ``source.read_statements`` names exactly what the
+        mapping calls, and the mapping stays reachable as ``mappings[name]``.
+        """
+        src = stream.source
+        timestamp = src.starting_position_timestamp
+        if timestamp is not None and timestamp.tzinfo is None:
+            timestamp = timestamp.replace(tzinfo=UTC)  # a naive time is read as UTC
+        return lambda_.EventSourceMapping(
+            self,
+            f"Mapping-{stream.name}",
+            target=fn,
+            event_source_arn=source.event_source_arn(stream),
+            batch_size=src.batch_size,
+            max_batching_window=Duration.seconds(int(src.batching_window.total_seconds())),
+            starting_position=lambda_.StartingPosition[src.starting_position],
+            starting_position_timestamp=timestamp.timestamp() if timestamp is not None else None,
+            # One batch per shard at a time (the config refuses more): a shard's sequence numbers
+            # reach the archiver in order, and the ledger drops a redelivery by its position.
+            parallelization_factor=1,
+            # Exactly-once, as for MSK: the archiver fails a whole batch (no batch item failures)
+            # and the mapping retries that whole batch until it succeeds, never giving up on it
+            # (-1; the record age is left unbounded too, -1 by default). Nor is it split: bisecting
+            # serves to isolate a poison record to discard, but the archiver dead-letters bad
+            # records itself and fails a batch on S3, DynamoDB or EFS trouble or a position
+            # reset, none of which halves cure. Only a batch whose records expire from the stream (its retention)
+            # while it fails is dropped, and the mapping then records it in the on-failure
+            # destination, as it does for MSK.
+            retry_attempts=-1,
+            bisect_batch_on_error=False,
+            report_batch_item_failures=False,
+            tumbling_window=None,
+            on_failure=PrefixScopedS3OnFailure(access),
+            support_s3_on_failure_destination=True,
+            # ErrorCount and KafkaMetrics are Kafka mappings' only
+            metrics_config=lambda_.MetricsConfig(metrics=[lambda_.MetricType.EVENT_COUNT]),
         )

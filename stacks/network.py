@@ -3,7 +3,9 @@
 Either an existing VPC (``network.vpc_id``, looked up at synth and cached in ``cdk.context.json``)
 or a new one with isolated subnets only. The functions talk to S3 and DynamoDB (gateway
 endpoints) and to EFS (NFS); the MSK event source mapping's pollers need STS and Lambda, which a
-created VPC reaches through interface endpoints. Nothing needs a NAT gateway or the internet.
+created VPC reaches through interface endpoints (only made when a stream reads MSK: a Kinesis
+mapping polls from outside the VPC); with a Kinesis stream, the sweeper lists its shards through a
+Kinesis interface endpoint. Nothing needs a NAT gateway or the internet.
 """
 
 from __future__ import annotations
@@ -28,7 +30,17 @@ class NetworkConstruct(Construct):
     (egress HTTPS only; the staging construct adds NFS to the file system).
     """
 
-    def __init__(self, scope: Construct, construct_id: str, *, settings: NetworkSettings) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        settings: NetworkSettings,
+        msk_pollers: bool = True,
+        kinesis: bool = False,
+    ) -> None:
+        """``msk_pollers``: a stream reads MSK, whose mapping's pollers run in the VPC.
+        ``kinesis``: a stream reads Kinesis, whose shards the sweeper lists from the VPC."""
         super().__init__(scope, construct_id)
         if settings.vpc_id is not None:
             stack = Stack.of(self)
@@ -81,12 +93,25 @@ class NetworkConstruct(Construct):
             self.vpc.add_gateway_endpoint("S3Endpoint", service=ec2.GatewayVpcEndpointAwsService.S3)
             self.vpc.add_gateway_endpoint("DynamoDbEndpoint", service=ec2.GatewayVpcEndpointAwsService.DYNAMODB)
             # The MSK event source mapping's pollers run in the cluster's subnets and call STS and
-            # Lambda; interface endpoints keep that traffic inside the VPC.
-            for name, service in (
-                ("StsEndpoint", ec2.InterfaceVpcEndpointAwsService.STS),
-                ("LambdaEndpoint", ec2.InterfaceVpcEndpointAwsService.LAMBDA_),
-            ):
-                self.vpc.add_interface_endpoint(name, service=service, subnets=self.subnets, private_dns_enabled=True)
+            # Lambda; interface endpoints keep that traffic inside the VPC. The functions call
+            # neither, and a Kinesis mapping's pollers are not in the VPC: without an MSK stream,
+            # no interface endpoint.
+            if msk_pollers:
+                for name, service in (
+                    ("StsEndpoint", ec2.InterfaceVpcEndpointAwsService.STS),
+                    ("LambdaEndpoint", ec2.InterfaceVpcEndpointAwsService.LAMBDA_),
+                ):
+                    self.vpc.add_interface_endpoint(
+                        name, service=service, subnets=self.subnets, private_dns_enabled=True
+                    )
+            # The sweeper asks Kinesis for shard lineage (hour completeness after a resharding).
+            if kinesis:
+                self.vpc.add_interface_endpoint(
+                    "KinesisEndpoint",
+                    service=ec2.InterfaceVpcEndpointAwsService.KINESIS_STREAMS,
+                    subnets=self.subnets,
+                    private_dns_enabled=True,
+                )
 
         self.function_security_group = ec2.SecurityGroup(
             self,

@@ -3,7 +3,8 @@
 Tidemark's own metrics are Powertools EMF metrics in the ``Tidemark`` namespace, dimensioned by
 ``service`` (``tidemark-archiver`` / ``tidemark-sweeper``) and, where they belong to one stream,
 ``stream``. The rest are AWS's: Lambda (errors, throttles, duration, the MSK mapping's
-``OffsetLag``), EFS ``StorageBytes``, Step Functions executions and EMR Serverless job counts.
+``OffsetLag``, the Kinesis mapping's ``IteratorAge``), Kinesis read throttles, EFS
+``StorageBytes``, Step Functions executions and EMR Serverless job counts.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from aws_cdk import aws_sns_subscriptions as subscriptions
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
+from stacks.source import KinesisSource
 from tidemark.config import StreamConfig, TidemarkConfig
 
 NAMESPACE = "Tidemark"
@@ -70,7 +72,10 @@ def failed_or_timed_out(machine: sfn.IStateMachine) -> cw.MathExpression:
 
 
 class ObservabilityConstruct(Construct):
-    """``topic`` (alarm notifications), ``dashboards[stream]`` and ``alarms[stream]``."""
+    """``topic`` (alarm notifications), ``dashboards[stream]`` and ``alarms[stream]``.
+
+    ``kinesis`` holds the source of every Kinesis stream (``SourceConstruct.kinesis``): its
+    dashboard graphs the stream's read throttles."""
 
     def __init__(
         self,
@@ -83,11 +88,16 @@ class ObservabilityConstruct(Construct):
         file_system: efs.IFileSystem,
         pipeline: sfn.IStateMachine | None = None,
         emr_application_id: str | None = None,
+        kinesis: Mapping[str, KinesisSource] | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         missing = [stream.name for stream in config.streams if stream.name not in archivers]
         if missing:
             raise ValueError(f"observability needs the archiver function of every stream; missing {missing}")
+        self._kinesis = dict(kinesis or {})
+        missing = [s.name for s in config.streams if s.source.kind == "kinesis" and s.name not in self._kinesis]
+        if missing:
+            raise ValueError(f"observability needs the Kinesis source of every Kinesis stream; missing {missing}")
         key = kms.Key(self, "TopicKey", enable_key_rotation=True, description="Encrypts Tidemark alarm notifications")
         self.topic = sns.Topic(self, "AlarmTopic", master_key=key, enforce_ssl=True, display_name="Tidemark alarms")
         # Alarms of this account publish to the topic. The TLS-only topic policy replaces SNS's
@@ -145,25 +155,65 @@ class ObservabilityConstruct(Construct):
         alarm.add_alarm_action(self._action)
         return alarm
 
-    def _stream_alarms(self, stream: StreamConfig, fn: lambda_.IFunction) -> list[cw.Alarm]:
-        settings = self._config.alarms
+    def _lag_alarm(self, stream: StreamConfig, fn: lambda_.IFunction) -> cw.Alarm:
+        """Above the threshold *and* still growing, for ``alarms.evaluation_periods`` periods: a
+        backlog that is draining is not an incident. MSK: the mapping's ``OffsetLag`` (records)
+        over ``alarms.offset_lag``; Kinesis: its ``IteratorAge`` (the age of the last record of a
+        batch when the function got it, milliseconds) over ``alarms.iterator_age``. Both the
+        maximum over the period; a period without data (an idle mapping emits none) does not
+        breach."""
+        settings, name = self._config.alarms, stream.name
+        if stream.source.kind == "kinesis":
+            threshold_ms = int(settings.iterator_age.total_seconds() * 1000)
+            age_growing = cw.MathExpression(
+                expression=f"IF(age > {threshold_ms} AND DIFF(age) > 0, 1, 0)",
+                using_metrics={"age": fn.metric("IteratorAge", statistic="Maximum", period=PERIOD)},
+                period=PERIOD,
+                label="iterator age above threshold and growing",
+            )
+            return self._alarm(
+                f"LagGrowing-{name}",
+                age_growing,
+                f"{name}: the Kinesis mapping's iterator age is above {threshold_ms} ms "
+                f"({settings.iterator_age}) and grew for "
+                f"{settings.evaluation_periods} periods",
+                periods=settings.evaluation_periods,
+            )
         lag = fn.metric("OffsetLag", statistic="Maximum", period=PERIOD)
-        # Above the threshold *and* still growing: a backlog that is draining is not an incident.
         lag_growing = cw.MathExpression(
             expression=f"IF(lag > {settings.offset_lag} AND DIFF(lag) > 0, 1, 0)",
             using_metrics={"lag": lag},
             period=PERIOD,
             label="offset lag above threshold and growing",
         )
+        return self._alarm(
+            f"LagGrowing-{name}",
+            lag_growing,
+            f"{name}: the MSK mapping's offset lag is above {settings.offset_lag} and grew for "
+            f"{settings.evaluation_periods} periods",
+            periods=settings.evaluation_periods,
+        )
+
+    def _stream_alarms(self, stream: StreamConfig, fn: lambda_.IFunction) -> list[cw.Alarm]:
+        settings = self._config.alarms
         name = stream.name
+        kinesis = stream.source.kind == "kinesis"
+        replay = (
+            "Replay the quarantined sequence numbers from the Kinesis stream before its retention expires; the "
+            "shard ledger item's quarantined entry and the CRITICAL log line name the shard and sequence range"
+            if kinesis
+            else "Replay the quarantined offsets from Kafka before the topic's retention expires; the partition "
+            "ledger item's quarantined entry and the CRITICAL log line name the partition and offset range"
+        )
+        reset = (
+            f"{name}: a shard's sequence numbers went backwards or its source changed (stream recreated, stream "
+            "changed)"
+            if kinesis
+            else f"{name}: a partition's offsets went backwards or its source changed (topic recreated, topic "
+            "changed, cluster migrated)"
+        )
         return [
-            self._alarm(
-                f"LagGrowing-{name}",
-                lag_growing,
-                f"{name}: the MSK mapping's offset lag is above {settings.offset_lag} and grew for "
-                f"{settings.evaluation_periods} periods",
-                periods=settings.evaluation_periods,
-            ),
+            self._lag_alarm(stream, fn),
             self._alarm(
                 f"ArchiverErrors-{name}",
                 fn.metric_errors(period=PERIOD),
@@ -179,8 +229,7 @@ class ObservabilityConstruct(Construct):
                 f"Quarantines-{name}",
                 archiver_and_sweeper("FlushesQuarantined", name, label="flushes quarantined"),
                 f"{name}: a flush was quarantined (a damaged staging segment): its records are not in the archive. "
-                "Replay the quarantined offsets from Kafka before the topic's retention expires; the partition "
-                "ledger item's quarantined entry and the CRITICAL log line name the partition and offset range",
+                + replay,
             ),
             self._alarm(
                 f"FlushErrors-{name}",
@@ -193,8 +242,7 @@ class ObservabilityConstruct(Construct):
             self._alarm(
                 f"PositionResets-{name}",
                 tidemark_metric("PositionResets", ARCHIVER, stream=name),
-                f"{name}: a partition's offsets went backwards or its source changed (topic recreated, topic "
-                "changed, cluster migrated): the archiver refuses the batch until an operator starts a new epoch "
+                reset + ": the archiver refuses the batch until an operator starts a new epoch "
                 "with `tidemark epoch start` (see README 'Epochs')",
             ),
         ]
@@ -254,8 +302,18 @@ class ObservabilityConstruct(Construct):
                 ],
             ),
         )
+        kinesis = self._kinesis.get(name)
         dashboard.add_widgets(
-            graph("ESM offset lag", [fn.metric("OffsetLag", statistic="Maximum", period=PERIOD, label="max lag")]),
+            (
+                graph(
+                    "ESM iterator age",
+                    [fn.metric("IteratorAge", statistic="Maximum", period=PERIOD, label="max iterator age (ms)")],
+                )
+                if kinesis is not None
+                else graph(
+                    "ESM offset lag", [fn.metric("OffsetLag", statistic="Maximum", period=PERIOD, label="max lag")]
+                )
+            ),
             graph(
                 "Archiver errors and throttles",
                 [
@@ -297,7 +355,7 @@ class ObservabilityConstruct(Construct):
                 ],
             ),
         )
-        dashboard.add_widgets(
+        last_row = [
             graph(
                 "Quarantines, flush errors and position resets",
                 [
@@ -307,7 +365,11 @@ class ObservabilityConstruct(Construct):
                 ],
             ),
             graph("Spark job outcomes", self._job_metrics()),
-        )
+        ]
+        if kinesis is not None:
+            # The archiver's own throttles are graphed with its errors above.
+            last_row.append(graph("Kinesis read throttles", [kinesis.read_throttles(PERIOD)]))
+        dashboard.add_widgets(*last_row)
         return dashboard
 
     def _job_metrics(self) -> list[cw.IMetric]:

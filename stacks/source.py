@@ -1,17 +1,23 @@
-"""The Kafka source: an existing MSK cluster (IAM auth) by ARN, or a dev MSK Serverless cluster.
+"""The sources: an existing MSK cluster (IAM auth) by ARN, a dev MSK Serverless cluster, or an
+existing Kinesis data stream by ARN, read directly or through an enhanced fan-out consumer.
 
-Exposes, per stream, the cluster ARN its event source mapping reads from and the IAM statements
-a function needs to be that mapping's target: the cluster, the stream's topic and its consumer
-group only -- the IAM resource ARNs MSK defines for topics and groups, never ``*``.
+Exposes, per stream, the ARN its event source mapping reads from and the IAM statements a
+function needs to be that mapping's target. For MSK: the cluster, the stream's topic and its
+consumer group only -- the IAM resource ARNs MSK defines for topics and groups, never ``*``. For
+Kinesis: that one data stream (and its consumer with ``consumer: efo``), never ``*``.
+
+Self-managed Kafka (``kind: kafka``) is not deployed by the stack yet.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aws_cdk import Fn, Stack, Token
+from aws_cdk import Arn, ArnFormat, Duration, Fn, Stack, Token
+from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kinesis as kinesis
 from aws_cdk import aws_msk as msk
 from constructs import Construct
 
@@ -24,6 +30,22 @@ KAFKA_IAM_PORT = 9098
 #: Describe* calls the event source mapping makes on the cluster's network. AWS requires
 #: ``Resource: "*"`` for EC2 Describe actions (they have no resource-level permissions).
 ESM_NETWORK_DESCRIBE_ACTIONS = ("ec2:DescribeVpcs", "ec2:DescribeSecurityGroups")
+
+#: what a Kinesis event source mapping calls on the data stream (Lambda's "Kinesis execution role
+#: permissions"). All have the stream as their IAM resource; ``kinesis:ListStreams`` (which has
+#: none, so it would need ``*``) is left out: the mapping is given the stream's ARN.
+KINESIS_STREAM_READ_ACTIONS = (
+    "kinesis:DescribeStream",
+    "kinesis:DescribeStreamSummary",
+    "kinesis:GetRecords",
+    "kinesis:GetShardIterator",
+    "kinesis:ListShards",
+)
+#: what the mapping calls on an enhanced fan-out consumer (their IAM resource is the consumer)
+KINESIS_CONSUMER_READ_ACTIONS = ("kinesis:DescribeStreamConsumer", "kinesis:SubscribeToShard")
+
+#: the source kinds the stack deploys
+DEPLOYED_KINDS = ("msk", "kinesis")
 
 
 @dataclass(frozen=True)
@@ -63,8 +85,77 @@ def kafka_resource_arns(cluster_arn: str, topic: str, group: str) -> KafkaResour
     )
 
 
+def kinesis_consumer_name(stream: StreamConfig) -> str:
+    """``tidemark-<stream>``, as the Kafka consumer group: one name per Tidemark stream."""
+    return f"tidemark-{stream.name}"
+
+
+@dataclass(frozen=True)
+class KinesisSource:
+    """One stream's Kinesis data stream (imported by ARN) and, with ``consumer: efo``, the
+    enhanced fan-out consumer this stack registers on it."""
+
+    stream: kinesis.IStream
+    consumer: kinesis.IStreamConsumer | None
+    consumer_name: str | None
+
+    @property
+    def event_source_arn(self) -> str:
+        """What the mapping reads: the consumer (dedicated throughput), else the stream itself."""
+        return self.consumer.stream_consumer_arn if self.consumer is not None else self.stream.stream_arn
+
+    def read_statements(self) -> list[iam.PolicyStatement]:
+        """What the mapping's target role needs: this stream, and its consumer with EFO.
+
+        A stream encrypted with a customer-managed KMS key also needs ``kms:Decrypt`` on that key,
+        which the configuration does not name (an AWS-managed ``aws/kinesis`` key needs nothing):
+        add it to the archiver role by hand for such a stream.
+        """
+        statements = [
+            iam.PolicyStatement(
+                sid="KinesisStream",
+                actions=list(KINESIS_STREAM_READ_ACTIONS),
+                resources=[self.stream.stream_arn],
+            )
+        ]
+        if self.consumer is not None:
+            statements.append(
+                iam.PolicyStatement(
+                    sid="KinesisConsumer",
+                    actions=list(KINESIS_CONSUMER_READ_ACTIONS),
+                    resources=[self.consumer.stream_consumer_arn],
+                )
+            )
+        return statements
+
+    def read_throttles(self, period: Duration) -> cw.Metric:
+        """Reads of the mapping that Kinesis throttled: ``GetRecords`` over the shards' shared 2 MB/s
+        (``ReadProvisionedThroughputExceeded``), or with EFO refused subscriptions
+        (``SubscribeToShard.RateExceeded``). Kinesis publishes these in the stream's account and
+        region, which the metric names when they are not the stack's."""
+        arn = Arn.split(self.stream.stream_arn, ArnFormat.SLASH_RESOURCE_NAME)
+        dimensions = {"StreamName": self.stream.stream_name}
+        if self.consumer is None:
+            name, label = "ReadProvisionedThroughputExceeded", "GetRecords throttled (shared throughput)"
+        else:
+            name, label = "SubscribeToShard.RateExceeded", "SubscribeToShard rate exceeded (EFO)"
+            dimensions["ConsumerName"] = str(self.consumer_name)
+        # A plain Metric: the stream's own metric() would pin it to this stack's account and region.
+        return cw.Metric(
+            namespace="AWS/Kinesis",
+            metric_name=name,
+            dimensions_map=dimensions,
+            statistic="Sum",
+            period=period,
+            label=label,
+            stack_account=arn.account,
+            stack_region=arn.region,
+        )
+
+
 class SourceConstruct(Construct):
-    """Resolves every stream's cluster; creates the dev MSK Serverless cluster when enabled."""
+    """Resolves every stream's cluster or Kinesis stream; creates the dev MSK Serverless cluster
+    when enabled and an enhanced fan-out consumer per ``consumer: efo`` stream (``kinesis[name]``)."""
 
     def __init__(
         self,
@@ -77,11 +168,16 @@ class SourceConstruct(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         for index, stream in enumerate(config.streams):
-            if stream.source.kind != "msk":
+            if stream.source.kind not in DEPLOYED_KINDS:
                 raise ConfigError(
-                    f"streams[{index}].source.kind: the stack deploys MSK sources only; "
+                    f"streams[{index}].source.kind: the stack deploys MSK and Kinesis sources only; "
                     f"'{stream.source.kind}' runs with the embedded runner (tidemark demo) for now"
                 )
+        self.kinesis: dict[str, KinesisSource] = {
+            stream.name: self._kinesis(index, stream)
+            for index, stream in enumerate(config.streams)
+            if stream.source.kind == "kinesis"
+        }
         self.dev_cluster: msk.CfnServerlessCluster | None = None
         self.dev_cluster_security_group: ec2.SecurityGroup | None = None
         if config.dev_cluster.enabled:
@@ -115,6 +211,34 @@ class SourceConstruct(Construct):
                 ],
             )
 
+    def _kinesis(self, index: int, stream: StreamConfig) -> KinesisSource:
+        arn = stream.source.stream_arn
+        if arn is None:  # the config model makes this unreachable; stay explicit
+            raise ConfigError(f"streams[{index}].source.stream_arn is required when kind is 'kinesis'")
+        region, here = Arn.split(arn, ArnFormat.SLASH_RESOURCE_NAME).region, Stack.of(self).region
+        if not Token.is_unresolved(here) and region != here:
+            raise ConfigError(
+                f"streams[{index}].source.stream_arn: the stream is in {region} and the stack in {here}; "
+                "an event source mapping reads Kinesis streams of its own region only"
+            )
+        imported = kinesis.Stream.from_stream_arn(self, f"KinesisStream-{stream.name}", arn)
+        if stream.source.consumer != "efo":
+            return KinesisSource(stream=imported, consumer=None, consumer_name=None)
+        # A registered consumer gets the shards' full read throughput for itself (HTTP/2 push).
+        # Replacing it (a new name) gives the mapping a new source ARN, so a new mapping that
+        # starts over at starting_position: from TRIM_HORIZON the ledger drops what was archived.
+        name = kinesis_consumer_name(stream)
+        consumer = kinesis.StreamConsumer(
+            self, f"KinesisConsumer-{stream.name}", stream=imported, stream_consumer_name=name
+        )
+        return KinesisSource(stream=imported, consumer=consumer, consumer_name=name)
+
+    def event_source_arn(self, stream: StreamConfig) -> str:
+        """What the stream's event source mapping reads: the cluster, the Kinesis stream or its consumer."""
+        if stream.source.kind == "kinesis":
+            return self.kinesis[stream.name].event_source_arn
+        return self.cluster_arn(stream)
+
     def cluster_arn(self, stream: StreamConfig) -> str:
         if stream.source.cluster_arn is not None:
             return stream.source.cluster_arn
@@ -126,7 +250,9 @@ class SourceConstruct(Construct):
         return kafka_resource_arns(self.cluster_arn(stream), stream.source.topic, consumer_group_id(stream))
 
     def read_statements(self, stream: StreamConfig) -> list[iam.PolicyStatement]:
-        """What an event source mapping's target role needs to consume the stream's topic."""
+        """What an event source mapping's target role needs to consume the stream's topic or Kinesis stream."""
+        if stream.source.kind == "kinesis":
+            return self.kinesis[stream.name].read_statements()
         arns = self.arns(stream)
         return [
             iam.PolicyStatement(

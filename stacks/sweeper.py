@@ -24,6 +24,7 @@ from aws_cdk import Duration
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
@@ -127,6 +128,12 @@ class SweeperConstruct(Construct):
         # Lists and heads (the checksum is in the object's metadata); never writes or deletes.
         access.read(self.functions.reconcile, every_stream + dead_letters, list_objects=True)
         access.put(self.functions.complete_hours, [config.sweeper.manifests_prefix])
+        # Shard lineage of Kinesis streams (tidemark.sweeper.lineage): ListShards on those streams only.
+        kinesis_arns = [stream.source.stream_arn for stream in config.streams if stream.source.stream_arn]
+        if kinesis_arns:
+            self.functions.complete_hours.add_to_role_policy(
+                iam.PolicyStatement(actions=["kinesis:ListShards"], resources=kinesis_arns)
+            )
 
         self.state_machine = workflow(
             self,

@@ -1,7 +1,7 @@
 """The Tidemark stack: one per deployment, built from the one stream configuration.
 
-Network ─┬─ Staging (EFS) ─┬─ Archiver (function + MSK mapping per stream)
-         └─ Source (MSK)  ─┘   Sweeper (state machine + schedule)
+Network ─┬─ Staging (EFS) ───────────┬─ Archiver (function + MSK or Kinesis mapping per stream)
+         └─ Source (MSK, Kinesis)  ─┘   Sweeper (state machine + schedule)
 Storage (bucket, ledger, aggregates) ── Pipeline (EMR Serverless + schedule) ── Observability
 """
 
@@ -63,7 +63,13 @@ class TidemarkStack(Stack):
                 f"above {MAX_CONFIG_ENV_BYTES} (Lambda's 4 KB environment limit); split the streams over two stacks"
             )
 
-        self.network = NetworkConstruct(self, "Network", settings=config.network)
+        self.network = NetworkConstruct(
+            self,
+            "Network",
+            settings=config.network,
+            msk_pollers=any(stream.source.kind == "msk" for stream in config.streams),
+            kinesis=any(stream.source.kind == "kinesis" for stream in config.streams),
+        )
         self.storage = StorageConstruct(self, "Storage", config=config)
         self.catalog = (
             ArchiveCatalog(
@@ -153,6 +159,7 @@ class TidemarkStack(Stack):
             file_system=self.staging.file_system,
             pipeline=self.pipeline.state_machine if self.pipeline.enabled else None,
             emr_application_id=self.pipeline.application.attr_application_id if self.pipeline.enabled else None,
+            kinesis=self.source.kinesis,
         )
         self._outputs()
         if nag:

@@ -1,4 +1,4 @@
-"""Archiver Lambda: an MSK / self-managed Kafka event source mapping delivers batches here.
+"""Archiver Lambda: an MSK, self-managed Kafka or Kinesis event source mapping delivers batches here.
 
 Thin adapter: parse and archive through the core, emit metrics, shape the response. Raising
 fails the invocation, the ESM retries the whole batch, and the ledger drops what was already

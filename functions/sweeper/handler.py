@@ -18,6 +18,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from tidemark.runtime import Runtime
+from tidemark.sources import partition_of_text
 from tidemark.sweeper.completeness import CompletenessTracker
 from tidemark.sweeper.discovery import discover_all
 from tidemark.sweeper.reconcile import Reconciler
@@ -44,7 +45,8 @@ def list_partitions(event: dict[str, Any], context: LambdaContext) -> dict[str, 
 @tracer.capture_lambda_handler(capture_response=False)
 @metrics.log_metrics
 def sweep_partition(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    stream, partition = str(event["stream"]), int(event["partition"])
+    # A Kafka partition arrives as a number, a Kinesis shard id as a string.
+    stream, partition = str(event["stream"]), partition_of_text(str(event["partition"]))
     outcome = sweep(RUNTIME, stream, partition)
     metrics.add_dimension(name="stream", value=stream)
     for reason, count in outcome.flushed.items():

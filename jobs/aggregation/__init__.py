@@ -5,4 +5,8 @@ them with Arrow -- ``formats`` has a reader per archive format, ``values`` types
 unifies the run's value schema -- or, with ``--archive-root``, ``native`` reads Parquet, JSON
 Lines and CSV with Spark's own readers; ``transforms`` are pure DataFrame -> DataFrame functions;
 ``sink`` writes DynamoDB; ``job`` ties them together and records the run.
+
+A run aggregates one stream, so one source kind: a Kafka record is ``(epoch, partition int,
+offset bigint)``, a Kinesis record ``(epoch, partition string, offset string)`` -- its shard
+id and its sequence number's decimal digits, which no Spark number holds.
 """

@@ -3,6 +3,10 @@
 The run reads the hour marks first and clears each hour (``aggregated_commits := commits``)
 only if ``commits`` is still what it read: an object committed while the job ran leaves its hour
 dirty, and the next run recomputes the hour whole -- full-value overwrites make that safe.
+
+The stream's source kind (``stream.source.shape.kind``) says what its records' identity is:
+Kafka's ``partition``/``offset`` numbers, or a Kinesis shard id and sequence number, both
+strings in the records (``jobs.aggregation.reader.envelope_fields``).
 """
 
 from __future__ import annotations
@@ -93,10 +97,11 @@ def run_aggregation(
         clock = time.monotonic()
         store = ObjectStore(archive_root) if archive_root else ObjectStore.of_bucket(bucket)
         step = max(1, len(objects) // SCHEMA_SAMPLES)
-        values = value_schema((key, store.read(key)) for key, _hour in objects[::step])
+        source = stream.source.shape.kind
+        values = value_schema(((key, store.read(key)) for key, _hour in objects[::step]), source=source)
         report.seconds["schema"] = time.monotonic() - clock
         clock = time.monotonic()
-        read = read_records(spark, objects, store.root, tasks, values, native=archive_root is not None)
+        read = read_records(spark, objects, store.root, tasks, values, native=archive_root is not None, source=source)
         report.readers = read.readers
         records = read.frame.cache()
         total = records.count()

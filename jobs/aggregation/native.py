@@ -6,6 +6,13 @@ Used when the job is given ``--archive-root`` (``s3://bucket`` on EMR, where EMR
 a listing -- into exactly the columns and types of the Arrow reader
 (:func:`jobs.aggregation.reader.records_schema`), so the two paths give equal records:
 
+* ``partition`` and ``offset`` are the source kind's (the stream's: one per run): Kafka's
+  ``partition`` and ``offset`` as int and long; Kinesis's ``shard_id`` and
+  ``sequence_number`` as strings, read as strings from every format (JSON strings, Parquet
+  string columns, CSV cells) and never cast -- a sequence number has up to 129 digits, Spark's
+  decimals 38 --, each checked (a shard id of the API's characters, a sequence number of
+  canonical digits) as the Arrow reader checks them; a file of the other source kind fails
+  the query;
 * ``hour`` and ``epoch`` come from the ledger's object list, joined (broadcast) on the path of
   the file each row was read from (``input_file_name()`` without its scheme and authority);
   a row of a file the run did not plan fails the query;
@@ -24,12 +31,16 @@ objects whose schemas cannot be merged (a ``value`` that is a string in some and
 others: a value schema declared between them) go through the Arrow reader too. CSV objects of
 one run must share their header (Spark takes it from one file and checks the others against
 it: a run mixing column lists fails; run it without ``--archive-root``).
+
+A file is read from ``<root>/<key>``, or from where ``paths`` says (a copy of the archive
+under other names: a Kinesis object's name, two 129-digit positions long, does not fit a local
+file system's 255 bytes).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import reduce
 from typing import NamedTuple
 from urllib.parse import urlsplit
@@ -53,6 +64,7 @@ from pyspark.sql.types import (
 from jobs.aggregation.formats import VALUE_PREFIX, kind_of_key
 from jobs.aggregation.reader import ENVELOPE_NAMES, records_schema
 from tidemark.objects.keys import epoch_of_key
+from tidemark.sources import KAFKA, SEQUENCE_NUMBER, SHARD_ID, EnvelopeNames, shape_of
 
 #: (format, codec) -> Spark's reader for it
 NATIVE_READERS = {
@@ -131,6 +143,28 @@ def checked_cast(column: Column, kind: DataType, what: str) -> Column:
     return F.when(bad, F.raise_error(message)).otherwise(cast)
 
 
+def checked_text(column: Column, pattern: str, what: str) -> Column:
+    """``column`` (text) as it is, failing the query where a cell is null or does not match
+    ``pattern`` (a Java regex)."""
+    bad = column.isNull() | ~column.rlike(pattern)
+    message = F.concat(F.lit(f"{what}: "), F.coalesce(column, F.lit("null")), F.lit(" is not valid"))
+    return F.when(bad, F.raise_error(message)).otherwise(column)
+
+
+def _positions(names: EnvelopeNames, *, text_cells: bool = False) -> list[Column]:
+    """The record's ``partition`` and ``offset`` columns of a frame holding the envelope's
+    fields: Kinesis shard ids and sequence numbers checked text; Kafka's numbers as read, or
+    cast with checks from ``text_cells`` (CSV)."""
+    partition, position = F.col(_quoted(names.partition)), F.col(_quoted(names.position))
+    if names.position_is_text:
+        partition = checked_text(partition, SHARD_ID.pattern, names.partition)
+        position = checked_text(position, SEQUENCE_NUMBER.pattern, names.position)
+    elif text_cells:
+        partition = checked_cast(partition, IntegerType(), names.partition)
+        position = checked_cast(position, LongType(), names.position)
+    return [partition.alias("partition"), position.alias("offset")]
+
+
 def _fields_of_struct(value: Column, present: StructType | None, run: StructType, names: Sequence[str]) -> list[Column]:
     """The run's value fields out of a struct column; ``present`` is the struct's own type when
     it may differ from the run's (a Parquet struct): fields cast, missing ones null."""
@@ -169,27 +203,34 @@ def _with_file(frame: DataFrame) -> DataFrame:
     return frame.withColumn(FILE, F.regexp_replace(F.input_file_name(), _SCHEME_AND_AUTHORITY, ""))
 
 
-def _read_json(spark: SparkSession, paths: list[str], run: StructType, names: Sequence[str]) -> DataFrame:
-    envelope = StructType(
+def _read_json(
+    spark: SparkSession, paths: list[str], run: StructType, names: Sequence[str], envelope: EnvelopeNames
+) -> DataFrame:
+    text = envelope.position_is_text  # Kinesis: JSON strings, read as strings
+    schema = StructType(
         [
-            StructField("partition", IntegerType()),
-            StructField("offset", LongType()),
+            StructField(envelope.partition, StringType() if text else IntegerType()),
+            StructField(envelope.position, StringType() if text else LongType()),
             StructField("event_time", StringType()),
             StructField("value", run),
         ]
     )
-    frame = _with_file(spark.read.schema(envelope).option("mode", "FAILFAST").json(paths))
+    frame = _with_file(spark.read.schema(schema).option("mode", "FAILFAST").json(paths))
     return frame.select(
-        F.col("partition"),
-        F.col("offset"),
+        *_positions(envelope),
         F.col("event_time"),
         *_fields_of_struct(F.col("value"), None, run, names),
         F.col(FILE),
     )
 
 
-def _read_parquet(spark: SparkSession, paths: list[str], run: StructType, names: Sequence[str]) -> DataFrame:
+def _read_parquet(
+    spark: SparkSession, paths: list[str], run: StructType, names: Sequence[str], envelope: EnvelopeNames
+) -> DataFrame:
     frame = _with_file(spark.read.option("mergeSchema", "true").parquet(*paths))
+    missing = [name for name in (envelope.partition, envelope.position) if name not in frame.columns]
+    if missing:
+        raise ValueError(f"Parquet objects without {missing} columns cannot be aggregated (records dedupe on them)")
     value_type = frame.schema["value"].dataType
     if isinstance(value_type, StructType):
         fields = _fields_of_struct(F.col("value"), value_type, run, names)
@@ -198,12 +239,12 @@ def _read_parquet(spark: SparkSession, paths: list[str], run: StructType, names:
         fields = _json_values(text, run, names)
     stamp = F.col("event_time")
     ms = F.unix_millis(stamp) if isinstance(frame.schema["event_time"].dataType, TimestampType) else stamp.cast("long")
-    return frame.select(
-        F.col("partition"), F.col("offset"), iso_of_millis(ms).alias("event_time"), *fields, F.col(FILE)
-    )
+    return frame.select(*_positions(envelope), iso_of_millis(ms).alias("event_time"), *fields, F.col(FILE))
 
 
-def _read_csv(spark: SparkSession, paths: list[str], run: StructType, names: Sequence[str]) -> DataFrame:
+def _read_csv(
+    spark: SparkSession, paths: list[str], run: StructType, names: Sequence[str], envelope: EnvelopeNames
+) -> DataFrame:
     reader = (
         spark.read.option("header", True)
         .option("enforceSchema", False)  # every file's header is checked against the first's
@@ -214,7 +255,7 @@ def _read_csv(spark: SparkSession, paths: list[str], run: StructType, names: Seq
     )
     frame = _with_file(reader.csv(paths))
     columns = set(frame.columns)
-    for required in ("partition", "offset"):
+    for required in (envelope.partition, envelope.position):
         if required not in columns:
             raise ValueError(f"CSV objects without a {required!r} column cannot be aggregated (records dedupe on it)")
     if "value" in columns:
@@ -223,8 +264,7 @@ def _read_csv(spark: SparkSession, paths: list[str], run: StructType, names: Seq
         fields = [_path_value(columns, name, run[name].dataType).alias(name) for name in names]
     event_time = F.col("event_time") if "event_time" in columns else F.lit(None).cast("string")
     return frame.select(
-        checked_cast(F.col("partition"), IntegerType(), "partition").alias("partition"),
-        checked_cast(F.col("offset"), LongType(), "offset").alias("offset"),
+        *_positions(envelope, text_cells=True),
         event_time.alias("event_time"),
         *fields,
         F.col(FILE),
@@ -235,35 +275,45 @@ _READERS = {"json": _read_json, "parquet": _read_parquet, "csv": _read_csv}
 
 
 def read_native(
-    spark: SparkSession, groups: dict[str, list[tuple[str, str]]], root: str, values: pa.Schema
+    spark: SparkSession,
+    groups: dict[str, list[tuple[str, str]]],
+    root: str,
+    values: pa.Schema,
+    source: str = KAFKA,
+    *,
+    paths: Mapping[str, str] | None = None,
 ) -> tuple[DataFrame | None, list[tuple[str, str]]]:
-    """Records of the grouped objects read by Spark from ``root`` (columns and types of
-    ``records_schema(values)``), and the objects left to the Arrow reader (Parquet whose
-    schemas Spark cannot merge)."""
-    schema = from_arrow_schema(records_schema(values))
+    """Records of the grouped objects (a ``source`` kind stream's) read by Spark from ``root``
+    (columns and types of ``records_schema(values, source)``), and the objects left to the
+    Arrow reader (Parquet whose schemas Spark cannot merge). ``paths`` names the file of a key
+    that is not at ``<root>/<key>``."""
+    envelope = shape_of(source).envelope
+    schema = from_arrow_schema(records_schema(values, source))
     run = from_arrow_schema(values)
     names = [field.name for field in schema.fields if field.name not in ENVELOPE_NAMES]
     base = root.rstrip("/")
+    located = dict(paths or {})
+
+    def location(key: str) -> str:
+        return located.get(key) or f"{base}/{key}"
+
     frames: list[DataFrame] = []
     left: list[tuple[str, str]] = []
     planned: list[tuple[str, str, int]] = []
     for reader, objects in sorted(groups.items()):
-        paths = [f"{base}/{key}" for key, _hour in objects]
+        files = [location(key) for key, _hour in objects]
         try:
-            frame = _READERS[reader](spark, paths, run, names)
+            frame = _READERS[reader](spark, files, run, names, envelope)
         except Exception as exc:
             if reader != "parquet" or "merg" not in str(exc).lower():
                 raise
             left.extend(objects)  # string and struct values: the Arrow reader takes each as it is
             continue
         frames.append(frame)
-        planned.extend((key, hour, epoch_of_key(key)) for key, hour in objects)
+        planned.extend((urlsplit(location(key)).path, hour, epoch_of_key(key)) for key, hour in objects)
     if not frames:
         return None, left
-    prefix = urlsplit(base).path.rstrip("/")
-    listing = spark.createDataFrame(
-        [(f"{prefix}/{key}", hour, epoch) for key, hour, epoch in planned], f"{FILE} string, hour string, epoch int"
-    )
+    listing = spark.createDataFrame(planned, f"{FILE} string, hour string, epoch int")
     rows = reduce(DataFrame.unionByName, frames).join(F.broadcast(listing), on=FILE, how="left")
     unplanned = F.concat(F.lit("read a file the run did not plan: "), F.col(FILE))
     hour = F.when(F.col("hour").isNull(), F.raise_error(unplanned)).otherwise(F.col("hour"))

@@ -7,10 +7,21 @@ listing), downloads each object and reads it with the reader of its format
 (:mod:`jobs.aggregation.formats`: every format, told by the key's extension). The values of an
 object are conformed to the value schema the driver inferred from sample objects
 (:func:`value_schema`), so every task returns the same typed columns:
-``hour, epoch, partition, offset, event_time`` and the value's fields.
+``hour, epoch, partition, offset, event_time`` and the value's fields
+(:func:`records_schema`).
+
+A run reads one stream, so one source kind, which decides the types of the record's identity
+(:func:`envelope_fields`): a Kafka record is ``partition`` int32 and ``offset`` int64; a
+Kinesis record is ``partition`` string (its shard id, ``shardId-000000000007``) and ``offset``
+string (its sequence number's decimal digits, up to 129 of them: never a number, which no
+Spark type holds beyond 38 digits). Either way a record is ``(epoch, partition, offset)``;
+sequence numbers compare as text there (order them numerically by ``length(offset), offset``).
 
 With ``--archive-root`` the job reads Parquet, JSON Lines and CSV with Spark's own readers
 instead (:mod:`jobs.aggregation.native`); the rest still comes through here, from that root.
+(A Kinesis object's name, with two 129-digit positions, is longer than the 255 bytes a local
+file system allows in a name: a ``file://`` root cannot hold a Kinesis archive under its keys;
+S3 keys may be 1,024 bytes.)
 """
 
 from __future__ import annotations
@@ -23,15 +34,17 @@ from urllib.parse import urlsplit
 
 import pyarrow as pa
 
-from jobs.aggregation.formats import read_envelopes, split_envelope
+from jobs.aggregation.formats import position_types, read_envelopes, split_envelope
 from jobs.aggregation.values import EnvelopeError, conform, parse_values, unify
 from tidemark.objects.keys import epoch_of_key
+from tidemark.sources import KAFKA
 
 __all__ = [
     "ENVELOPE_FIELDS",
     "OBJECTS_SCHEMA",
     "EnvelopeError",
     "ObjectStore",
+    "envelope_fields",
     "fetch_objects",
     "parse_values",
     "read_object",
@@ -42,34 +55,46 @@ __all__ = [
 ]
 
 OBJECTS_SCHEMA = "key string, hour string"  # one row per object to read
-ENVELOPE_FIELDS = [
-    pa.field("hour", pa.string()),
-    pa.field("epoch", pa.int32()),  # a reset topic repeats offsets: records differ by epoch too
-    pa.field("partition", pa.int32()),
-    pa.field("offset", pa.int64()),
-    pa.field("event_time", pa.string()),
-]
-ENVELOPE_NAMES = frozenset(field.name for field in ENVELOPE_FIELDS)
+
+
+def envelope_fields(source: str = KAFKA) -> list[pa.Field]:
+    """The record's envelope columns for a stream of ``source`` kind (``kafka``/``msk`` or
+    ``kinesis``): ``partition``/``offset`` int32/int64 for Kafka, string/string (shard id,
+    sequence number digits) for Kinesis."""
+    partition, offset = position_types(source)
+    return [
+        pa.field("hour", pa.string()),
+        pa.field("epoch", pa.int32()),  # a reset topic repeats offsets: records differ by epoch too
+        pa.field("partition", partition),
+        pa.field("offset", offset),
+        pa.field("event_time", pa.string()),
+    ]
+
+
+ENVELOPE_FIELDS = envelope_fields(KAFKA)  # Kafka's
+ENVELOPE_NAMES = frozenset(field.name for field in ENVELOPE_FIELDS)  # every source kind's
 SAMPLE_RECORDS = 5_000  # records per sample object the schema is inferred from
 
 
-def value_schema(samples: Iterable[tuple[str, bytes]]) -> pa.Schema:
+def value_schema(samples: Iterable[tuple[str, bytes]], *, source: str = KAFKA) -> pa.Schema:
     """One value schema for the run, unified over sample objects (``(key, body)``: the key
-    tells the format; the driver reads a few spread over the run's objects): a field takes the
-    widest type it has anywhere, unseen-typed (all null) fields are text."""
-    return unify(read_envelopes(key, body, SAMPLE_RECORDS).values for key, body in samples)
+    tells the format; the driver reads a few spread over the run's objects) of a ``source``
+    kind stream: a field takes the widest type it has anywhere, unseen-typed (all null) fields
+    are text."""
+    return unify(read_envelopes(key, body, SAMPLE_RECORDS, source=source).values for key, body in samples)
 
 
-def records_schema(values: pa.Schema) -> pa.Schema:
-    """What the reader returns: the envelope fields, then the value's fields."""
-    return pa.schema([*ENVELOPE_FIELDS, *(field for field in values if field.name not in ENVELOPE_NAMES)])
+def records_schema(values: pa.Schema, source: str = KAFKA) -> pa.Schema:
+    """What the reader returns: the envelope fields of the source kind, then the value's fields."""
+    return pa.schema([*envelope_fields(source), *(field for field in values if field.name not in ENVELOPE_NAMES)])
 
 
-def read_object(key: str, body: bytes, hour: str, values: pa.Schema) -> pa.RecordBatch:
-    """The records of the object stored under ``key`` as one batch of :func:`records_schema`."""
-    envelopes = read_envelopes(key, body)
+def read_object(key: str, body: bytes, hour: str, values: pa.Schema, *, source: str = KAFKA) -> pa.RecordBatch:
+    """The records of the object stored under ``key`` (a ``source`` kind stream's) as one batch
+    of :func:`records_schema`."""
+    envelopes = read_envelopes(key, body, source=source)
     rows = envelopes.rows
-    schema = records_schema(values)
+    schema = records_schema(values, source)
     value_fields = [field for field in schema if field.name not in ENVELOPE_NAMES]
     envelope = [
         pa.repeat(pa.scalar(hour, pa.string()), rows),
@@ -128,14 +153,15 @@ class ObjectStore:
         return body
 
 
-def fetch_objects(root: str, values: pa.Schema) -> Any:
+def fetch_objects(root: str, values: pa.Schema, source: str = KAFKA) -> Any:
     """The ``mapInArrow`` function: batches of (key, hour) rows in, record batches out, every
-    object read from the archive ``root`` (``s3://bucket`` unless the job was given another)."""
+    object (a ``source`` kind stream's) read from the archive ``root`` (``s3://bucket`` unless
+    the job was given another)."""
 
     def fetch(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         store = ObjectStore(root)
         for batch in batches:
             for key, hour in zip(batch.column("key").to_pylist(), batch.column("hour").to_pylist(), strict=True):
-                yield read_object(key, store.read(key), hour, values)
+                yield read_object(key, store.read(key), hour, values, source=source)
 
     return fetch

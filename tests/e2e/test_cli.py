@@ -6,13 +6,19 @@ from __future__ import annotations
 import json
 import socket
 
+import boto3
 import pytest
 import typer.main
 
+from tests.conftest import REPO
 from tests.e2e.test_demo import tidemark
 from tests.support.processes import service_processes
 from tidemark.cli.app import app
+from tidemark.config import load_config
+from tidemark.embedded.invoke import InvokeOptions
+from tidemark.embedded.moto_server import moto_server
 from tidemark.embedded.ports import free_port
+from tidemark.verify import read_archive
 
 
 @pytest.mark.parametrize("command", ["demo", "invoke"])
@@ -71,12 +77,65 @@ def test_invoke_runs_the_archiver_with_a_sample_event_and_drains_it_to_s3(tmp_pa
     assert service_processes() == before
 
 
+def test_invoke_with_a_kinesis_event_defaults_to_the_kinesis_config_and_archives_it(tmp_path):
+    """``events/kinesis-orders.json`` names the stream of ``config/kinesis.yaml``, which ``--config``
+    defaults to for a Kinesis event: five records of one shard, one of them garbage (dead-lettered)
+    and one delivered twice in the batch (archived once)."""
+    before = service_processes()
+    with moto_server() as endpoint:
+        done = tidemark(
+            "invoke", "archiver", "-e", "events/kinesis-orders.json", "--drain",
+            "--workdir", tmp_path, "--endpoint-url", endpoint,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        response = json.loads(done.stdout)
+        assert response["streams"]["orders"] | {"objects_committed": 0} == {
+            "records_in": 5,
+            "duplicates": 1,
+            "staged": 4,
+            "dead_lettered": 1,
+            "objects_committed": 0,
+            "flush_errors": 0,
+            "quarantined": 0,
+        }
+        s3 = boto3.client("s3", endpoint_url=endpoint)
+        keys = sorted(item["Key"] for item in s3.list_objects_v2(Bucket=InvokeOptions.bucket).get("Contents", []))
+        stream = load_config(REPO / "config" / "kinesis.yaml").streams[0]
+        records, objects, _hours = read_archive(s3, InvokeOptions.bucket, "orders", config=stream)
+    shard, first = "shardId-000000000006", 49590338271490256608559692538361571095921575989136588898
+    assert objects == len(keys) == 3
+    assert [key.split("+")[0] for key in keys] == [
+        "errors/orders/2026/11/21/07/orders",  # dead letters: under the arrival hour
+        "raw/orders/2026/11/21/07/orders",
+        "raw/orders/2026/11/21/08/orders",
+    ]
+    assert all(f"+{shard}+" in key for key in keys)
+    for key in keys:
+        assert f"s3://{InvokeOptions.bucket}/{key}" in done.stderr  # listed after the drain
+    raw = sorted((r.folder, r.offset, json.loads(r.value)["order_id"]) for r in records if not r.dead_letter)
+    assert raw == [  # o-2002 was in the batch twice: archived once
+        ("2026/11/21/07", first, "o-2001"),
+        ("2026/11/21/07", 49590338271490256608559692538361571095953420055848418930, "o-2002"),
+        ("2026/11/21/08", 49590338271490256608559692538361571096017108189272078994, "o-2003"),
+    ]
+    assert all(r.partition == shard and r.meta.topic == "orders" for r in records)
+    [garbage] = [r for r in records if r.dead_letter]
+    assert garbage.value == b"{not json: the producer sent garbage"
+    assert garbage.error.startswith("invalid_value_encoding")
+    assert garbage.offset == 49590338271490256608559692538361571095985264122560248962
+    assert garbage.meta.key == b"c-2"
+    assert service_processes() == before
+
+
 def test_invoke_reports_a_function_error_with_exit_code_1(tmp_path):
     event = tmp_path / "not-kafka.json"
     event.write_text(json.dumps({"Records": [{"eventSource": "aws:sqs"}]}))
     done = tidemark("invoke", "-e", event, "--workdir", tmp_path)
     assert done.returncode == 1
-    assert "not a Kafka event source mapping event" in json.loads(done.stdout)["errorMessage"]
+    assert (
+        "not a Kafka or Kinesis event source mapping event: eventSource='aws:sqs'"
+        in json.loads(done.stdout)["errorMessage"]
+    )
 
 
 @pytest.mark.parametrize("verbose", [False, True])

@@ -91,7 +91,8 @@ def test_self_managed_sample_event(handler, archive):
 
 
 def test_malformed_event_fails_clearly(handler):
-    with pytest.raises(MalformedEventError, match="not a Kafka event source mapping event"):
+    expected = "not a Kafka or Kinesis event source mapping event: eventSource='aws:sqs'"
+    with pytest.raises(MalformedEventError, match=expected):
         handler.lambda_handler({"Records": [{"eventSource": "aws:sqs"}]}, context())
 
 

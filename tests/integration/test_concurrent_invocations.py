@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import threading
 
-from tests.support.events import msk_event
+import pytest
+
+from tests.support.events import event_of
 from tests.support.harness import small_config
 from tests.support.workload import make_orders
 from tidemark.archiver import Archiver
+from tidemark.sources import KAFKA, KINESIS
 from tidemark.writer.outcome import BatchOutcome
 
 
-def test_two_concurrent_invocations_many_rounds(archive):
-    config = small_config(max_records=40)
-    workload = make_orders(partitions=1, per_partition=600, seed=21)
-    records = workload.records[0]
+@pytest.mark.parametrize("kind", [KAFKA, KINESIS])
+def test_two_concurrent_invocations_many_rounds(archive, kind):
+    config = small_config(max_records=40, kind=kind)
+    workload = make_orders(partitions=1, per_partition=600, seed=21, kind=kind)
+    (partition,) = workload.records
+    records = workload.records[partition]
     outcomes: list[BatchOutcome] = []
     errors: list[BaseException] = []
     start = 0
@@ -30,7 +35,7 @@ def test_two_concurrent_invocations_many_rounds(archive):
         def run(archiver, batch, barrier=barrier):
             barrier.wait()
             try:
-                outcomes.append(archiver.handle(msk_event(batch))["orders"])
+                outcomes.append(archiver.handle(event_of(batch, kind))["orders"])
             except BaseException as exc:  # noqa: BLE001 - reported below
                 errors.append(exc)
 
@@ -44,7 +49,7 @@ def test_two_concurrent_invocations_many_rounds(archive):
         archive.clock.advance(seconds=20)
     assert errors == []
     archive.clock.advance(minutes=31)
-    archive.runtime(config).writer(config.streams[0], 0).maintain()
+    archive.runtime(config).writer(config.streams[0], partition).maintain()
 
     from tidemark.verify import verify_archive
 

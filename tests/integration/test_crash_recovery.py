@@ -20,6 +20,7 @@ from tidemark.faults import (
     DURING_SEGMENT_WRITE,
     CrashAt,
 )
+from tidemark.sources import KAFKA, KINESIS
 from tidemark.verify import verify_archive
 
 BATCH = 40
@@ -30,15 +31,20 @@ def assert_staging_clean(archive) -> None:
 
 
 @pytest.mark.parametrize("point", ALL_CRASH_POINTS)
-@pytest.mark.parametrize(("layout", "nth"), [("jsonl", 1), ("jsonl", 3), ("parquet", 1), ("avro", 3)])
+@pytest.mark.parametrize(
+    ("layout", "nth"),
+    [("jsonl", 1), ("jsonl", 3), ("parquet", 1), ("avro", 3), ("kinesis-jsonl", 2), ("kinesis-csv", 1)],
+)
 def test_crash_at_each_point_then_recover(archive, point, layout, nth):
     """Gzip JSON Lines, and Parquet and Avro objects under partition-by folders (Avro with Hive
-    folders, and a header level that most records lack: `__missing__`)."""
-    if layout == "jsonl":
-        config, size = small_config(), 260
+    folders, and a header level that most records lack: `__missing__`); and a Kinesis stream
+    (two shards, 56-digit sequence numbers with gaps) in JSON Lines and in partitioned CSV."""
+    kind = KINESIS if layout.startswith("kinesis") else KAFKA
+    if layout in ("jsonl", "kinesis-jsonl"):
+        config, size = small_config(kind=kind), 260
     else:  # fewer records in smaller objects: the same crash points reached, in less time
-        config, size = small_config(max_records=20, **PARTITIONED_FORMATS[layout]), 130
-    workload = make_orders(partitions=2, per_partition=size, hours=3, seed=nth)
+        config, size = small_config(max_records=20, kind=kind, **PARTITIONED_FORMATS[layout]), 130
+    workload = make_orders(partitions=2, per_partition=size, hours=3, seed=nth, kind=kind)
     esm = EsmModel(workload, lambda crash: archive.runtime(config, crash))
     injector = CrashAt(point, nth)
     # First pass: deliver batches until the injector fires, exactly as a crashing Lambda would.
@@ -73,9 +79,10 @@ def test_torn_segment_is_never_read_and_is_collected(archive):
     assert_exactly_once(archive, config, esm)
 
 
-def test_redelivered_and_overlapping_batches(archive):
-    config = small_config()
-    workload = make_orders(partitions=2, per_partition=200, seed=5)
+@pytest.mark.parametrize("kind", [KAFKA, KINESIS])
+def test_redelivered_and_overlapping_batches(archive, kind):
+    config = small_config(kind=kind)
+    workload = make_orders(partitions=2, per_partition=200, seed=5, kind=kind)
     esm = EsmModel(workload, lambda crash: archive.runtime(config, crash))
     for partition, records in workload.records.items():
         assert esm.deliver(records[0:50])
@@ -84,44 +91,49 @@ def test_redelivered_and_overlapping_batches(archive):
         assert esm.deliver(records[10:20])  # entirely old (rebalance rewind)
         dup_inside = records[90:110] + records[95:105]  # duplicate offsets inside one batch
         assert esm.deliver(sorted(dup_inside, key=lambda r: r.offset))
-        esm.committed[partition] = 110
+        esm.committed[partition] = records[110].offset
     finish(archive, config, esm, BATCH)
     assert_exactly_once(archive, config, esm)
 
 
-def test_duplicates_are_counted(archive):
-    from tests.support.events import msk_event
+@pytest.mark.parametrize("kind", [KAFKA, KINESIS])
+def test_duplicates_are_counted(archive, kind):
+    from tests.support.events import event_of
     from tidemark.archiver import Archiver
 
-    config = small_config()
-    workload = make_orders(partitions=1, per_partition=30, seed=3)
-    records = workload.records[0]
+    config = small_config(kind=kind)
+    workload = make_orders(partitions=1, per_partition=30, seed=3, kind=kind)
+    (records,) = workload.records.values()
     archiver = Archiver(archive.runtime(config))
-    first = archiver.handle(msk_event(records[:20]))["orders"]
-    again = archiver.handle(msk_event(records[10:30] + records[25:30]))["orders"]
+    first = archiver.handle(event_of(records[:20], kind))["orders"]
+    again = archiver.handle(event_of(records[10:30] + records[25:30], kind))["orders"]
     assert (first.records_in, first.staged, first.duplicates) == (20, 20, 0)
     assert (again.records_in, again.staged, again.duplicates) == (25, 10, 15)
 
 
 @pytest.mark.parametrize("point", ALL_CRASH_POINTS)
-def test_second_invocation_runs_inside_the_first(archive, point):
+@pytest.mark.parametrize("kind", [KAFKA, KINESIS])
+def test_second_invocation_runs_inside_the_first(archive, point, kind):
     """Two invocations on one partition (a rebalance overlap): when A reaches ``point``, B runs a
     whole overlapping batch, then A carries on. The ledger's fence keeps each record once."""
-    from tests.support.events import msk_event
+    from tests.support.events import event_of
     from tidemark.archiver import Archiver
 
-    config = small_config(max_records=60)
-    workload = make_orders(partitions=1, per_partition=240, seed=9)
-    records = workload.records[0]
+    config = small_config(max_records=60, kind=kind)
+    workload = make_orders(partitions=1, per_partition=240, seed=9, kind=kind)
+    ((partition, records),) = workload.records.items()
 
-    hook = RunOtherAt(point, lambda: Archiver(archive.runtime(config)).handle(msk_event(records[20:140])))
-    Archiver(archive.runtime(config)).handle(msk_event(records[0:20]))
+    def handle(runtime, batch):
+        return Archiver(runtime).handle(event_of(batch, kind))
+
+    hook = RunOtherAt(point, lambda: handle(archive.runtime(config), records[20:140]))
+    handle(archive.runtime(config), records[0:20])
     archive.clock.advance(seconds=5)
-    Archiver(archive.runtime(config, hook)).handle(msk_event(records[0:100]))
+    handle(archive.runtime(config, hook), records[0:100])
     assert hook.fired
-    Archiver(archive.runtime(config)).handle(msk_event(records[100:240]))
+    handle(archive.runtime(config), records[100:240])
     archive.clock.advance(minutes=31)
-    archive.runtime(config).writer(config.streams[0], 0).maintain()
+    archive.runtime(config).writer(config.streams[0], partition).maintain()
     report = verify_archive(archive.s3, archive.bucket, "orders", workload.expected)
     assert (report.lost, report.duplicated, report.misfiled, report.corrupted) == ([], [], [], [])
     assert report.produced == 240

@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from tidemark.records.esm import EventSource, build_event
+from tidemark.records.kinesis_esm import KinesisSource, build_kinesis_event
 from tidemark.records.model import Record
+from tidemark.sources import KINESIS
 
 EVENTS_DIR = Path(__file__).resolve().parents[2] / "events"
 
@@ -32,3 +34,14 @@ def source_of(template: dict[str, Any]) -> EventSource:
 def msk_event(records: Iterable[Record], *, self_managed: bool = False) -> dict[str, Any]:
     """Group records by ``topic-partition`` into an MSK (or self-managed Kafka) ESM event."""
     return build_event(records, source_of(load_event("self-managed-orders" if self_managed else "msk-orders")))
+
+
+def kinesis_event(records: Iterable[Record]) -> dict[str, Any]:
+    """A Kinesis ESM event (AWS's documented shape) from the stream of ``events/kinesis-orders.json``."""
+    template = load_event("kinesis-orders")["Records"][0]
+    return build_kinesis_event(records, KinesisSource(template["eventSourceARN"], template["invokeIdentityArn"]))
+
+
+def event_of(records: Iterable[Record], kind: str) -> dict[str, Any]:
+    """The ESM event a mapping of source ``kind`` delivers ``records`` in."""
+    return kinesis_event(records) if kind == KINESIS else msk_event(records)

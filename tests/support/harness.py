@@ -15,8 +15,8 @@ from typing import Any
 
 import yaml
 
-from tests.support.events import msk_event
-from tests.support.workload import Workload
+from tests.support.events import event_of
+from tests.support.workload import KINESIS_STREAM_ARN, Workload
 from tidemark.archiver import Archiver
 from tidemark.config import TidemarkConfig, parse_config
 from tidemark.faults import CrashPoints, SimulatedCrash
@@ -25,6 +25,7 @@ from tidemark.objects.keys import hour_of_key, positions_of_key
 from tidemark.objects.writer import META_RECORDS, META_SHA256
 from tidemark.records.model import Record
 from tidemark.runtime import Runtime
+from tidemark.sources import KAFKA, KINESIS, PartitionId
 from tidemark.verify import spec_of_key, verify_archive
 from tidemark.writer.stream import StreamContext
 
@@ -37,12 +38,19 @@ def example_config_data() -> dict[str, Any]:
 
 
 def small_config(
-    *, format: dict[str, Any] | None = None, partition_by: dict[str, Any] | None = None, **flush: Any
+    *,
+    format: dict[str, Any] | None = None,
+    partition_by: dict[str, Any] | None = None,
+    kind: str = KAFKA,
+    **flush: Any,
 ) -> TidemarkConfig:
     """The example config with small flush limits, so seals and uploads happen constantly
-    (and, if given, another ``format`` and ``partition_by``)."""
+    (and, if given, another ``format`` and ``partition_by``; ``kind="kinesis"``: the Kinesis
+    stream of the sample events instead of the MSK topic)."""
     data = example_config_data()
     stream = data["streams"][0]
+    if kind == KINESIS:
+        stream["source"] = {"kind": KINESIS, "stream_arn": KINESIS_STREAM_ARN}
     stream["flush"] = {"max_records": 50, "max_bytes": "1MiB", "max_age": "15m", **flush}
     if format is not None:
         stream["format"] = format
@@ -61,6 +69,11 @@ PARTITIONED_FORMATS = {
             "style": "keys_and_values",
             "hour_folders": "hive",
         },
+    },
+    # Kinesis records have no headers: partitioned by a value field, with Hive hour folders
+    "kinesis-csv": {
+        "format": {"type": "csv", "compression": "zstd"},
+        "partition_by": {"fields": ["_value.country"], "style": "keys_and_values", "hour_folders": "hive"},
     },
 }
 
@@ -84,7 +97,7 @@ class RunOtherAt:
 class EsmModel:
     workload: Workload
     make_runtime: Callable[[CrashPoints | None], Runtime]
-    committed: dict[int, int] = field(default_factory=dict)  # partition -> next offset to deliver
+    committed: dict[PartitionId, int] = field(default_factory=dict)  # partition -> next position to deliver
     crashes: int = 0
     deliveries: int = 0
     _warm: Runtime | None = None
@@ -93,12 +106,15 @@ class EsmModel:
         for partition, records in self.workload.records.items():
             self.committed.setdefault(partition, records[0].offset)
 
-    def pending(self, partition: int) -> list[Record]:
+    def pending(self, partition: PartitionId) -> list[Record]:
         return [r for r in self.workload.records[partition] if r.offset >= self.committed[partition]]
 
-    def batch(self, partition: int, size: int, rewind: int = 0) -> list[Record]:
-        start = max(self.committed[partition] - rewind, self.workload.records[partition][0].offset)
-        return [r for r in self.workload.records[partition] if r.offset >= start][:size]
+    def batch(self, partition: PartitionId, size: int, rewind: int = 0) -> list[Record]:
+        """The next ``size`` records from the committed position, after going back ``rewind``
+        records (positions need not be contiguous: Kinesis sequence numbers are not)."""
+        records = self.workload.records[partition]
+        start = next((i for i, r in enumerate(records) if r.offset >= self.committed[partition]), len(records))
+        return records[max(start - rewind, 0) :][:size]
 
     def deliver(self, records: list[Record], crash_points: CrashPoints | None = None) -> bool:
         """Invoke the archiver with the batch; commit offsets on success.
@@ -117,7 +133,7 @@ class EsmModel:
             runtime = self.make_runtime(crash_points)
         archiver = Archiver(runtime)
         try:
-            archiver.handle(msk_event(records))
+            archiver.handle(event_of(records, self.workload.kind))
         except SimulatedCrash:
             self.crashes += 1
             return False
@@ -147,7 +163,9 @@ def assert_objects_describe_themselves(archive, config) -> None:
     runtime = archive.runtime(config)
     stream = config.streams[0]
     spec = RenderSpec.decode(StreamContext.build(stream, config.archive, archive.clock).spec)
-    errors = RenderSpec("jsonl", "gzip", 6, spec.topic, spec.key_encoding, spec.value_encoding, spec.header_encoding)
+    errors = RenderSpec(
+        "jsonl", "gzip", 6, spec.topic, spec.key_encoding, spec.value_encoding, spec.header_encoding, source=spec.source
+    )
     committed = {}
     hours_read: set[str] = set()
     for key in keys:
@@ -169,7 +187,9 @@ def assert_objects_describe_themselves(archive, config) -> None:
     assert sorted(committed) == sorted(keys)
 
 
-def damage_first_segment(archive: Any, runtime: Runtime, partition: int = 0, hour: str = "2026-11-21T08") -> None:
+def damage_first_segment(
+    archive: Any, runtime: Runtime, partition: PartitionId = 0, hour: str = "2026-11-21T08"
+) -> None:
     """Storage damage: flip a byte of the first segment of an OPEN buffer, so its frame's
     checksum no longer matches (the flush that reads it must quarantine, never upload)."""
     buffer = runtime.ledger.load("orders", partition).buffers[f"raw/{hour}"]

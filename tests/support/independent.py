@@ -48,3 +48,21 @@ def expected_envelopes(frames: list[Frame], context: RenderContext) -> list[dict
         }
         for frame in frames
     ]
+
+
+def expected_kinesis_envelopes(frames: list[Frame], context: RenderContext) -> list[dict[str, Any]]:
+    """The records of a Kinesis stream's Parquet or Avro object, as their readers give them
+    back: the shard id and the sequence number as strings, both times as UTC datetimes, no
+    headers."""
+    return [
+        {
+            "stream": context.topic,
+            "shard_id": context.partition,
+            "sequence_number": str(frame.offset),
+            "approximate_arrival_timestamp": EPOCH + timedelta(milliseconds=frame.timestamp_ms),
+            "event_time": EPOCH + timedelta(milliseconds=frame.event_time_ms),
+            "partition_key": as_string(frame.key, context.key_encoding),
+            "value": as_string(frame.value, context.value_encoding),
+        }
+        for frame in frames
+    ]

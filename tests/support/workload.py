@@ -13,16 +13,23 @@ from datetime import UTC, datetime
 import orjson
 
 from tidemark.records.model import Record
+from tidemark.sources import KAFKA, KINESIS, PartitionId
 from tidemark.verify import ExpectedRecord, RecordMeta
 
 BASE_MS = 1_795_248_000_000  # 2026-11-21T08:00:00Z
 HOUR_MS = 3_600_000
 
 
+#: a real Kinesis sequence number (56 digits, far above 2**64): Kinesis workloads start here
+KINESIS_FIRST_SEQUENCE = 49590338271490256608559692538361571095921575989136588898
+KINESIS_STREAM_ARN = "arn:aws:kinesis:us-east-1:123456789012:stream/orders"
+
+
 @dataclass
 class Workload:
-    records: dict[int, list[Record]]  # by partition, offsets ascending
+    records: dict[PartitionId, list[Record]]  # by partition, offsets ascending
     expected: list[ExpectedRecord]
+    kind: str = KAFKA  # the source kind the records came from (tidemark.sources)
 
     def all_records(self) -> list[Record]:
         return [record for partition in sorted(self.records) for record in self.records[partition]]
@@ -46,15 +53,24 @@ def make_orders(
     topic: str = "orders",
     start_offset: int = 0,
     base_ms: int = BASE_MS,
+    kind: str = KAFKA,
 ) -> Workload:
+    """Orders over ``hours`` hours in ``partitions`` partitions. ``kind="kinesis"``: shards
+    ``shardId-00000000000<n>``, sequence numbers of 56 digits with random gaps between them (never
+    contiguous), no headers -- and otherwise the very same records."""
     rng = random.Random(seed)
-    records: dict[int, list[Record]] = {}
+    gaps = random.Random(seed + 1)  # its own draws: a Kafka workload stays what it always was
+    records: dict[PartitionId, list[Record]] = {}
     expected: list[ExpectedRecord] = []
     span = hours * HOUR_MS
-    for partition in range(partitions):
+    kinesis = kind == KINESIS
+    for number in range(partitions):
         batch: list[Record] = []
+        partition: PartitionId = f"shardId-{number:012d}" if kinesis else number
+        sequence = KINESIS_FIRST_SEQUENCE + number * 10**30 + start_offset
         for index in range(per_partition):
-            offset = start_offset + index
+            sequence += gaps.randint(1, 10**21)
+            offset = sequence if kinesis else start_offset + index
             produced_ms = base_ms + (span * index) // per_partition
             event_ms = produced_ms - rng.randint(0, 120_000)
             if rng.random() < late_share:
@@ -79,7 +95,7 @@ def make_orders(
                         "price": round(rng.uniform(1, 200), 2),
                         "quantity": rng.randint(1, 5),
                         "created_at": created,
-                        "country": COUNTRIES[(offset * 7 + partition) % len(COUNTRIES)],  # no rng draw
+                        "country": COUNTRIES[(index * 7 + start_offset * 7 + number) % len(COUNTRIES)],  # no rng
                     }
                 )
             record = Record(
@@ -89,14 +105,14 @@ def make_orders(
                 timestamp_ms=produced_ms,
                 value=value,
                 key=f"o-{partition}-{offset}".encode(),
-                headers=(("source", b"web"),) if index % 3 == 0 else (),
+                headers=(("source", b"web"),) if index % 3 == 0 and not kinesis else (),
             )
             batch.append(record)
             expected.append(
                 ExpectedRecord(partition, offset, value, hour, RecordMeta(topic, record.key, record.headers))
             )
         records[partition] = batch
-    return Workload(records, expected)
+    return Workload(records, expected, kind)
 
 
 def batches(records: list[Record], size: int) -> list[list[Record]]:

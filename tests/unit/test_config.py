@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +21,11 @@ from tidemark.config import (
     load_config_from_env,
     parse_config,
 )
+from tidemark.config.model import KEY_FIXED_PART, key_fixed_part
 from tidemark.config.units import parse_duration, to_ms
 from tidemark.exceptions import ConfigError, TidemarkError
+from tidemark.objects.keys import object_key
+from tidemark.sources import KAFKA_SHAPE, KINESIS_SHAPE
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "config" / "tidemark.yaml"
 CLUSTER_ARN = "arn:aws:kafka:us-east-1:123456789012:cluster/tidemark-demo/4f3e2d1c-0b9a-4c8d-9e7f-6a5b4c3d2e1f-1"
@@ -71,9 +74,13 @@ def test_example_config_loads_with_its_values() -> None:
         "cluster_arn": CLUSTER_ARN,
         "bootstrap_servers": None,
         "consumer_group_id": None,
+        "stream_arn": None,
         "batch_size": 1000,
         "batching_window": "1000ms",
         "starting_position": "TRIM_HORIZON",
+        "starting_position_timestamp": None,
+        "consumer": "shared",
+        "parallelization_factor": 1,
     }
     assert stream.event_time == EventTimeConfig(source="json_field", field="created_at", format="auto", timezone="UTC")
     assert stream.flush.max_records == 100_000
@@ -221,7 +228,10 @@ def test_duplicate_stream_names_are_rejected() -> None:
 
 def test_duplicate_topics_are_rejected() -> None:
     data = mutated(lambda d: d["streams"].append({**copy.deepcopy(d["streams"][0]), "name": "orders_copy"}))
-    assert config_error(data) == "<config>: each topic may feed one stream only, got ['orders', 'orders']"
+    assert (
+        config_error(data)
+        == "<config>: each topic (or Kinesis stream) may feed one stream only, got ['orders', 'orders']"
+    )
 
 
 def _source(topic: str) -> dict[str, Any]:
@@ -521,6 +531,22 @@ def test_runtime_json_leaves_out_what_only_the_stack_reads() -> None:
     assert again.dev_cluster.enabled
 
 
+@pytest.mark.parametrize("name", ["tidemark.yaml", "kinesis.yaml"])
+def test_runtime_json_parses_back_into_the_same_runtime_configuration(name: str) -> None:
+    """Defaults are left out of what the functions get: parsed back, every setting they read is
+    what the stack was given, and it is well within Lambda's environment limit."""
+    config = load_config(EXAMPLE.parent / name)
+    runtime = config.runtime_json()
+    again = parse_config(json.loads(runtime))
+    assert (again.streams, again.archive, again.sweeper, again.dev_cluster) == (
+        [stream.model_copy(update={"archiver": again.streams[0].archiver}) for stream in config.streams],
+        config.archive,
+        config.sweeper,
+        config.dev_cluster,
+    )
+    assert len(runtime.encode()) < 1024
+
+
 def test_msk_stream_may_omit_its_cluster_with_the_dev_cluster() -> None:
     data = {"streams": [{"name": "orders", "source": {"topic": "orders"}}], "dev_cluster": {"enabled": True}}
     assert parse_config(data).streams[0].source.cluster_arn is None
@@ -607,7 +633,7 @@ def test_format_options_belong_to_their_formats() -> None:
     assert "columns is for csv" in config_error(minimal(format={"type": "parquet", "columns": ["offset"]}))
     assert "neither an envelope field" in config_error(minimal(format={"type": "csv", "columns": ["price"]}))
     ok = parse_config(minimal(format={"type": "csv", "columns": ["offset", "value.customer.id"]})).streams[0]
-    assert ok.format.csv_columns == ("offset", "value.customer.id")
+    assert ok.csv_columns == ("offset", "value.customer.id")
 
 
 def test_aggregations_need_a_format_that_keeps_positions() -> None:
@@ -665,3 +691,246 @@ def test_partition_by_that_could_make_keys_longer_than_s3_allows_is_refused() ->
     message = config_error(minimal(partition_by={"fields": fields, "max_value_length": 256}))
     assert "streams[0].partition_by: object keys could be" in message and "over S3's 1024" in message
     parse_config(minimal(partition_by={"fields": fields, "max_value_length": 128}))
+
+
+# -- Kinesis sources ------------------------------------------------------------------------------
+
+STREAM_ARN = "arn:aws:kinesis:us-east-1:123456789012:stream/orders"
+PARALLELIZATION_REASON = (
+    "parallelization_factor must be 1: with more, the mapping processes one shard in several concurrent batches "
+    "(by partition key), sequence numbers no longer arrive in order, and the ledger could not drop redeliveries "
+    "by position"
+)
+
+
+def kinesis(**source: Any) -> dict[str, Any]:
+    return {"kind": "kinesis", "stream_arn": STREAM_ARN, **source}
+
+
+def kinesis_config(source: dict[str, Any] | None = None, **stream: Any) -> dict[str, Any]:
+    return {"streams": [{"name": "orders", "source": source or kinesis(), **stream}]}
+
+
+def test_a_kinesis_config_loads_back_from_what_the_lambdas_get() -> None:
+    """The Lambdas get ``runtime_json()``: it carries the derived topic, which must load again."""
+    config = parse_config(kinesis_config(kinesis(consumer="efo")))
+    again = parse_config(json.loads(config.runtime_json()))
+    assert again.streams[0].source == config.streams[0].source
+    assert again.streams[0].source.topic == "orders"
+
+
+def test_kinesis_source_takes_its_topic_from_the_stream_arn() -> None:
+    arn = "arn:aws:kinesis:eu-west-1:123456789012:stream/click_stream.v2"
+    config = parse_config(kinesis_config(kinesis(stream_arn=arn)))
+    (stream,) = config.streams
+    assert stream.source.model_dump() == {
+        "kind": "kinesis",
+        "topic": "click_stream.v2",
+        "cluster_arn": None,
+        "bootstrap_servers": None,
+        "consumer_group_id": None,
+        "stream_arn": arn,
+        "batch_size": 1000,
+        "batching_window": "1000ms",
+        "starting_position": "TRIM_HORIZON",
+        "starting_position_timestamp": None,
+        "consumer": "shared",
+        "parallelization_factor": 1,
+    }
+    assert stream.source.stream_name == "click_stream.v2"
+    assert stream.source.shape is KINESIS_SHAPE
+    assert stream.csv_columns == (
+        "stream",
+        "shard_id",
+        "sequence_number",
+        "approximate_arrival_timestamp",
+        "event_time",
+        "partition_key",
+        "value",
+    )
+    assert stream.keeps_positions
+    assert config.stream_for_topic("click_stream.v2", "kinesis") is stream
+    assert config.stream_for_topic("click_stream.v2") is None  # not a Kafka topic
+    assert config.stream_for_topic("orders", "kinesis") is None
+
+
+def test_kinesis_source_options_are_accepted() -> None:
+    source = kinesis(
+        consumer="efo",
+        starting_position="AT_TIMESTAMP",
+        starting_position_timestamp="2026-11-21T07:00:00Z",
+        batch_size=10_000,
+        parallelization_factor=1,
+    )
+    parsed = parse_config(kinesis_config(source)).streams[0].source
+    assert (parsed.consumer, parsed.starting_position, parsed.batch_size) == ("efo", "AT_TIMESTAMP", 10_000)
+    assert parsed.starting_position_timestamp == datetime(2026, 11, 21, 7, tzinfo=UTC)
+    assert parse_config(kinesis_config(kinesis(starting_position="LATEST"))).streams[0].source.starting_position == (
+        "LATEST"
+    )
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        (
+            kinesis(topic="payments"),
+            "topic is for Kafka sources; a Kinesis stream's name comes from stream_arn",
+        ),
+        (
+            {"kind": "kinesis"},
+            "stream_arn is required when kind is 'kinesis' (arn:aws:kinesis:<region>:<account>:stream/<name>)",
+        ),
+        (
+            kinesis(stream_arn="arn:aws:sqs:us-east-1:123456789012:orders"),
+            "stream_arn is required when kind is 'kinesis' (arn:aws:kinesis:<region>:<account>:stream/<name>)",
+        ),
+        (kinesis(parallelization_factor=2), PARALLELIZATION_REASON),
+        (kinesis(parallelization_factor=10), PARALLELIZATION_REASON),
+        (
+            kinesis(starting_position="AT_TIMESTAMP"),
+            "starting_position_timestamp goes with starting_position AT_TIMESTAMP, and only with it",
+        ),
+        (
+            kinesis(starting_position="LATEST", starting_position_timestamp="2026-11-21T07:00:00Z"),
+            "starting_position_timestamp goes with starting_position AT_TIMESTAMP, and only with it",
+        ),
+        (kinesis(cluster_arn=CLUSTER_ARN), "cluster_arn is for Kafka sources, not kind 'kinesis'"),
+        (kinesis(bootstrap_servers=["b-1:9092"]), "bootstrap_servers is for Kafka sources, not kind 'kinesis'"),
+        (kinesis(consumer_group_id="tidemark"), "consumer_group_id is for Kafka sources, not kind 'kinesis'"),
+    ],
+    ids=[
+        "topic-given",
+        "no-stream-arn",
+        "not-a-stream-arn",
+        "parallelization-2",
+        "parallelization-10",
+        "at-timestamp-without-timestamp",
+        "timestamp-without-at-timestamp",
+        "cluster-arn",
+        "bootstrap-servers",
+        "consumer-group",
+    ],
+)
+def test_kinesis_source_refusals(source: dict[str, Any], message: str) -> None:
+    assert config_error(kinesis_config(source)) == f"<config>: streams[0].source: {message}"
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        ({"stream_arn": STREAM_ARN}, "stream_arn"),
+        ({"consumer": "efo"}, "consumer"),
+        ({"parallelization_factor": 2}, "parallelization_factor"),
+        ({"starting_position": "AT_TIMESTAMP"}, "starting_position AT_TIMESTAMP"),
+        ({"consumer": "efo", "stream_arn": STREAM_ARN}, "stream_arn, consumer"),
+    ],
+)
+def test_kinesis_only_fields_are_refused_for_kafka(extra: dict[str, Any], named: str) -> None:
+    for source in (
+        {"cluster_arn": CLUSTER_ARN, "topic": "orders"},
+        {"kind": "kafka", "bootstrap_servers": ["b-1:9092"], "topic": "orders"},
+    ):
+        message = config_error({"streams": [{"name": "orders", "source": {**source, **extra}}]})
+        assert message == f"<config>: streams[0].source: {named}: only for kind 'kinesis'"
+
+
+def test_kinesis_records_have_no_headers_to_read() -> None:
+    assert config_error(kinesis_config(event_time={"source": "header", "header": "ts"})) == (
+        "<config>: streams[0]: event_time.source 'header': kinesis records have no headers"
+    )
+    assert config_error(kinesis_config(partition_by={"fields": ["_header.country"]})) == (
+        "<config>: streams[0]: partition_by on _header.<name>: kinesis records have no headers"
+    )
+
+
+def test_csv_columns_must_be_fields_of_the_sources_envelope() -> None:
+    assert config_error(kinesis_config(format={"type": "csv", "columns": ["topic", "offset", "value.a"]})) == (
+        "<config>: streams[0]: format.columns ['topic', 'offset'] are not fields of a kinesis envelope "
+        "(stream, shard_id, sequence_number, approximate_arrival_timestamp, event_time, partition_key, value)"
+    )
+    assert config_error(minimal(format={"type": "csv", "columns": ["shard_id", "value.a"]})) == (
+        "<config>: streams[0]: format.columns ['shard_id'] are not fields of a msk envelope "
+        "(topic, partition, offset, timestamp, event_time, key, value, headers)"
+    )
+    columns = ["sequence_number", "shard_id", "partition_key", "value.order_id"]
+    stream = parse_config(kinesis_config(format={"type": "csv", "columns": columns})).streams[0]
+    assert stream.csv_columns == tuple(columns)
+    assert stream.keeps_positions
+
+
+def test_kinesis_positions_are_kept_only_with_both_columns() -> None:
+    aggregation = [{"name": "by_product", "metrics": {"n": "count(*)"}}]
+    without = kinesis_config(format={"type": "csv", "columns": ["shard_id", "value.a"]}, aggregations=aggregation)
+    assert config_error(without) == (
+        "<config>: streams[0]: aggregations need a format that keeps each record's partition and offset (the job"
+        " dedupes on them): csv without those columns does not"
+    )
+    stream = parse_config(kinesis_config(format={"type": "csv", "columns": ["shard_id", "value.a"]})).streams[0]
+    assert not stream.keeps_positions
+    kept = kinesis_config(
+        format={"type": "csv", "columns": ["shard_id", "sequence_number", "value.a"]}, aggregations=aggregation
+    )
+    assert parse_config(kept).streams[0].keeps_positions
+
+
+@pytest.mark.parametrize("name", ["stream", "shard_id", "sequence_number", "partition_key"])
+def test_partition_names_must_not_clash_with_kinesis_columns(name: str) -> None:
+    message = config_error(kinesis_config(partition_by={"fields": [{"field": "_value.x", "name": name}]}))
+    assert (
+        message == f"<config>: streams[0]: partition names ['{name}'] are taken by kinesis archive columns; set name:"
+    )
+    # the same name is free for a Kafka stream, whose archive has no such column
+    kafka = parse_config(minimal(partition_by={"fields": [{"field": "_value.x", "name": name}]})).streams[0]
+    assert [f.name for f in kafka.partition_by.fields] == [name]
+
+
+def test_key_fixed_part_grows_with_the_sources_widths() -> None:
+    assert key_fixed_part(KAFKA_SHAPE) == KEY_FIXED_PART == 130
+    assert key_fixed_part(KINESIS_SHAPE) == 130 + (128 - 10) + 2 * (129 - 20)
+    fields = [{"field": f"_value.f{n}", "name": f"field_{n:04d}"} for n in range(4)]
+    partition_by = {"fields": fields, "max_value_length": 150}
+    parse_config(minimal(partition_by=partition_by))  # a Kafka key fits in 1024
+    message = config_error(kinesis_config(partition_by=partition_by))
+    longest = len("errors") + 2 * len("orders") + 4 * (10 + 2 + 150) + key_fixed_part(KINESIS_SHAPE)
+    assert message == (
+        f"<config>: streams[0].partition_by: object keys could be {longest} characters, over S3's 1024: "
+        "use fewer fields, shorter names or a smaller max_value_length"
+    )
+
+
+def test_a_kinesis_key_of_the_widest_kind_fits_its_fixed_part() -> None:
+    key = object_key(
+        "errors",
+        "orders",
+        "2026-11-21T07",
+        "s" * 128,
+        10**129 - 1,
+        10**129 - 1,
+        "jsonl.zst",
+        2**31 - 1,
+        hive_hours=True,
+        digits=129,
+    )
+    assert len(key) <= len("errors") + 2 * len("orders") + key_fixed_part(KINESIS_SHAPE)
+
+
+def test_one_kinesis_stream_feeds_one_archive_stream() -> None:
+    data = {"streams": [{"name": "orders", "source": kinesis()}, {"name": "orders_copy", "source": kinesis()}]}
+    assert (
+        config_error(data)
+        == "<config>: each topic (or Kinesis stream) may feed one stream only, got ['orders', 'orders']"
+    )
+
+
+def test_a_kinesis_stream_and_a_kafka_topic_may_share_a_name() -> None:
+    data = {
+        "streams": [
+            {"name": "orders", "source": {"cluster_arn": CLUSTER_ARN, "topic": "orders"}},
+            {"name": "orders_kinesis", "source": kinesis()},
+        ]
+    }
+    config = parse_config(data)
+    assert config.stream_for_topic("orders") is config.streams[0]
+    assert config.stream_for_topic("orders", "kafka") is config.streams[0]
+    assert config.stream_for_topic("orders", "kinesis") is config.streams[1]

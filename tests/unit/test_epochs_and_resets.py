@@ -25,8 +25,9 @@ from tidemark.ledger.dynamodb import (
 )
 from tidemark.ledger.model import FINGERPRINT_WINDOW, CommittedObject, OpenBuffer, PartitionState
 from tidemark.objects.keys import epoch_of_key, object_key
+from tidemark.records.kafka import source_identity
 from tidemark.records.model import Record
-from tidemark.resets import BELOW_WINDOW, BYTES_DIFFER, SOURCE_CHANGED, check_positions, fingerprint, source_identity
+from tidemark.resets import BELOW_WINDOW, BYTES_DIFFER, SOURCE_CHANGED, check_positions, fingerprint
 from tidemark.staging.store import SegmentRef, SegmentStore
 from tidemark.writer.budget import ItemBudget, upper_bound
 

@@ -14,6 +14,7 @@ from tidemark.staging.frames import (
     MAGIC,
     NO_EVENT_TIME,
     RAW,
+    WIDE_MAGIC,
     Frame,
     TornFrameError,
     decode_frames,
@@ -211,3 +212,109 @@ def test_malformed_metadata_with_valid_checksum_raises_torn_frame_error(meta: by
     # that into CorruptSegmentError), whatever is wrong inside the frame.
     with pytest.raises(TornFrameError):
         decode_frames(_forge(RAW, 0, 1, b"v", meta))
+
+
+# -- wide positions (Kinesis sequence numbers) ----------------------------------------------------
+
+SEQUENCE = 49590338271490256608559692538361571095921575989136588898  # 56 digits, beyond u64
+WIDEST = 10**129 - 1  # the largest sequence number the Kinesis API allows
+
+WIDE_FRAMES: list[Frame] = [
+    Frame(RAW, SEQUENCE, 1_795_245_153_000, 1_795_245_153_000, b"c-0", b'{"order_id":"o-2001"}'),
+    Frame(RAW, SEQUENCE + 1, 1_795_245_213_123, NO_EVENT_TIME, None, b""),
+    Frame(DEAD_LETTER, 10**128, 1, NO_EVENT_TIME, b"", b"{not json", (), "invalid_value_encoding: not JSON"),
+    Frame(DEAD_LETTER, WIDEST, -1, 5, b"\xff", b"\x00", (("h", b"v"), ("h", b"")), "r\u00e9ason"),
+]
+
+
+@pytest.mark.parametrize("frame", WIDE_FRAMES, ids=lambda f: f"{len(str(f.offset))}-digits")
+def test_wide_frame_round_trips(frame: Frame) -> None:
+    data = _encode(frame)
+    assert data[:2] == b"TW"
+    assert decode_frames(data) == [frame]
+
+
+def test_widest_position_layout() -> None:
+    data = encode_frame(RAW, WIDEST, 8, 9, b"key", b"value")
+    width = 54  # bytes of the largest 129-digit number
+    assert WIDEST.bit_length() <= 8 * width < WIDEST.bit_length() + 8
+    assert len(data) == HEADER_SIZE + width + len(b"key") + len(b"value")
+    (crc,) = struct.unpack_from("<I", data, 2)
+    assert crc == zlib.crc32(data[6:])
+    assert struct.unpack_from("<Bqqqiii", data, 6) == (RAW, width, 8, 9, 3, 5, 0)
+    assert data[HEADER_SIZE : HEADER_SIZE + width] == WIDEST.to_bytes(width, "big")
+    assert data[HEADER_SIZE + width :] == b"keyvalue"
+    assert decode_frames(data) == [Frame(RAW, WIDEST, 8, 9, b"key", b"value")]
+
+
+@pytest.mark.parametrize(
+    ("offset", "magic"),
+    [(0, b"TM"), (2**63 - 1, b"TM"), (2**63, b"TW"), (2**64, b"TW")],
+)
+def test_magic_switches_exactly_past_int64(offset: int, magic: bytes) -> None:
+    data = encode_frame(RAW, offset, 1, 2, b"k", b"v")
+    assert data[:2] == magic
+    assert decode_frames(data) == [Frame(RAW, offset, 1, 2, b"k", b"v")]
+
+
+def test_kafka_frames_are_unchanged_by_wide_positions() -> None:
+    # byte-for-byte the narrow layout: magic "TM" and the offset in the header
+    data = encode_frame(RAW, 100, 1_795_245_153_000, 2, b"o-1000", b"{}")
+    assert data[:2] == MAGIC == b"TM"
+    body = struct.pack("<Bqqqiii", RAW, 100, 1_795_245_153_000, 2, 6, 2, 0) + b"o-1000{}"
+    assert data == b"TM" + struct.pack("<I", zlib.crc32(body)) + body
+
+
+def test_kafka_and_wide_frames_mix_in_one_segment() -> None:
+    mixed = [SAMPLE_FRAMES[0], WIDE_FRAMES[0], SAMPLE_FRAMES[1], WIDE_FRAMES[3]]
+    assert decode_frames(b"".join(_encode(frame) for frame in mixed)) == mixed
+
+
+def _wide_segment() -> tuple[bytes, list[int]]:
+    encoded = [_encode(frame) for frame in WIDE_FRAMES]
+    boundaries = [0]
+    for chunk in encoded:
+        boundaries.append(boundaries[-1] + len(chunk))
+    return b"".join(encoded), boundaries
+
+
+def test_torn_wide_frames_are_detected_at_every_byte() -> None:
+    data, boundaries = _wide_segment()
+    for cut in range(len(data) + 1):
+        if cut in boundaries:
+            assert decode_frames(data[:cut]) == WIDE_FRAMES[: boundaries.index(cut)], cut
+            continue
+        with pytest.raises(TornFrameError) as caught:
+            decode_frames(data[:cut])
+        assert caught.value.position == max(b for b in boundaries if b < cut), cut
+
+
+def test_flipped_byte_in_a_wide_frame_is_detected() -> None:
+    data, boundaries = _wide_segment()
+    for index in range(len(data)):
+        for mask in (0x01, 0x80, 0xFF):
+            damaged = bytearray(data)
+            damaged[index] ^= mask
+            with pytest.raises(TornFrameError) as caught:
+                decode_frames(bytes(damaged))
+            assert caught.value.position == max(b for b in boundaries if b <= index), (index, mask)
+
+
+def _forge_wide(width: int, position: bytes) -> bytes:
+    """A "TW" frame with a VALID checksum and the given position width field."""
+    body = struct.pack("<Bqqqiii", RAW, width, 2, 3, -1, 1, 0) + position + b"v"
+    return WIDE_MAGIC + struct.pack("<I", zlib.crc32(body)) + body
+
+
+@pytest.mark.parametrize("width", [0, 65, -1, 2**40])
+def test_a_wide_frame_with_an_impossible_width_is_torn(width: int) -> None:
+    with pytest.raises(TornFrameError) as caught:
+        decode_frames(_forge_wide(width, b"\x01" * max(0, min(width, 70))))
+    assert str(caught.value) == "torn or corrupt frame at byte 0: bad magic"
+
+
+def test_a_wide_frame_whose_position_runs_past_the_end_is_torn() -> None:
+    data = _forge_wide(60, b"\x01" * 4)  # says 60 position bytes, holds 4 (+ the value byte)
+    with pytest.raises(TornFrameError) as caught:
+        decode_frames(data)
+    assert str(caught.value) == "torn or corrupt frame at byte 0: frame runs past the end of the segment"

@@ -14,6 +14,7 @@ from tidemark.objects.keys import (
     hour_of_key,
     object_key,
     positions_of_key,
+    source_of_key,
 )
 
 
@@ -138,3 +139,119 @@ def test_keys_are_a_pure_function_of_their_inputs() -> None:
     args = ("raw", "orders", "2026-11-21T07", 3, 100, 199, "csv.zst")
     assert object_key(*args, folders="a/b") == object_key(*args, folders="a/b")
     assert len({object_key(*args, folders=f) for f in ("a/b", "a", "b/a", "")}) == 4
+
+
+# -- Kinesis keys: shard ids and 129-digit sequence numbers ---------------------------------------
+
+SHARD = "shardId-000000000006"
+SEQUENCE = 49590338271490256608559692538361571095921575989136588898
+
+
+def _pad(position: int) -> str:
+    return str(position).rjust(129, "0")
+
+
+def test_kinesis_key_of_a_small_example() -> None:
+    key = object_key("raw", "orders", "2026-11-21T07", SHARD, 100, 199, "jsonl.gz", digits=129)
+    assert key == (
+        "raw/orders/2026/11/21/07/orders+shardId-000000000006+" + "0" * 126 + "100-" + "0" * 126 + "199.jsonl.gz"
+    )
+
+
+def test_kinesis_key_pads_sequence_numbers_to_129_digits() -> None:
+    key = object_key("raw", "orders", "2026-11-21T07", SHARD, SEQUENCE, SEQUENCE + 9, "parquet", 2, digits=129)
+    assert key == (f"raw/orders/2026/11/21/07/orders+{SHARD}+e2+{'0' * 73}{SEQUENCE}-{'0' * 73}{SEQUENCE + 9}.parquet")
+    widest = object_key("raw", "orders", "2026-11-21T07", SHARD, 10**129 - 1, 10**129 - 1, "avro", digits=129)
+    assert widest == f"raw/orders/2026/11/21/07/orders+{SHARD}+{'9' * 129}-{'9' * 129}.avro"
+
+
+def test_kinesis_keys_sort_by_position() -> None:
+    ranges = [(0, 9), (10, 10**20), (2**64, SEQUENCE - 1), (SEQUENCE, SEQUENCE + 5), (10**128, 10**129 - 1)]
+    keys = [
+        object_key("raw", "orders", "2026-11-21T07", SHARD, first, last, "jsonl.gz", digits=129)
+        for first, last in ranges
+    ]
+    assert sorted(keys) == keys
+    assert sorted(reversed(keys)) == keys
+
+
+@pytest.mark.parametrize("hive", [False, True])
+@pytest.mark.parametrize("epoch", [0, 3])
+def test_kinesis_keys_read_back(epoch: int, hive: bool) -> None:
+    key = object_key(
+        "raw",
+        "orders",
+        "2026-11-21T07",
+        SHARD,
+        SEQUENCE,
+        SEQUENCE + 9,
+        "jsonl.gz",
+        epoch,
+        folders="country=DE",
+        hive_hours=hive,
+        digits=129,
+    )
+    assert positions_of_key(key) == (SHARD, SEQUENCE, SEQUENCE + 9)
+    assert epoch_of_key(key) == epoch
+    assert hour_of_key(key) == "2026-11-21T07"
+    assert source_of_key(key) == "kinesis"
+    assert folders_of_key(key) == "country=DE"
+    hours = "year=2026/month=11/day=21/hour=07" if hive else "2026/11/21/07"
+    assert hour_folder_of_key(key) == f"raw/orders/country=DE/{hours}/"
+
+
+def test_source_of_kafka_keys_and_a_shard_with_kafka_widths() -> None:
+    kafka = object_key("raw", "orders", "2026-11-21T07", 3, 100, 199, "jsonl.gz", 1)
+    assert (source_of_key(kafka), positions_of_key(kafka), epoch_of_key(kafka)) == ("kafka", (3, 100, 199), 1)
+    narrow = object_key("raw", "orders", "2026-11-21T07", SHARD, 100, 199, "jsonl.gz")
+    assert narrow == f"raw/orders/2026/11/21/07/orders+{SHARD}+00000000000000000100-00000000000000000199.jsonl.gz"
+    assert (source_of_key(narrow), positions_of_key(narrow)) == ("kafka", (SHARD, 100, 199))
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "",
+        "raw/orders/2026/11/21/07/orders+shard/6+" + _pad(1) + "-" + _pad(2) + ".jsonl",
+        "raw/orders/2026/11/21/07/orders+" + SHARD + "+" + _pad(1)[1:] + "-" + _pad(2) + ".jsonl",  # 128 digits
+        "raw/orders/2026/11/21/07/orders+" + SHARD + "+" + _pad(1) + "-" + "0" * 20 + ".jsonl",  # mixed widths
+    ],
+    ids=["empty", "slash-in-shard", "128-digits", "mixed-widths"],
+)
+def test_what_is_not_a_kinesis_key_is_refused(key: str) -> None:
+    with pytest.raises(UnsafePathError) as caught:
+        positions_of_key(key)
+    assert str(caught.value) == f"not a Tidemark object key: {key!r}"
+    with pytest.raises(UnsafePathError) as caught:
+        source_of_key(key)
+    assert str(caught.value) == f"not a Tidemark object key: {key!r}"
+
+
+def test_a_zero_padded_partition_is_not_read_as_a_shard() -> None:
+    key = "raw/orders/2026/11/21/07/orders+0123+" + "0" * 20 + "-" + "0" * 20 + ".jsonl"
+    with pytest.raises(UnsafePathError) as caught:
+        positions_of_key(key)
+    assert str(caught.value) == f"not a Tidemark object key: {key!r}"
+
+
+@pytest.mark.parametrize(
+    ("partition", "first", "last", "digits"),
+    [
+        (SHARD, 0, 10**129, 129),  # a position beyond 129 digits
+        (SHARD, 10**129, 10**129, 129),
+        (SHARD, 0, 10**20, 20),  # a position beyond the key's width
+        (SHARD, 0, 1, 21),  # only the widths of the source kinds
+        (SHARD, 0, 1, 128),
+        ("shard/6", 0, 1, 129),
+        ("s" * 129, 0, 1, 129),
+        ("", 0, 1, 129),
+        ("0006", 0, 1, 129),  # digits are a Kafka partition's, written as a number
+        ("shard 6", 0, 1, 129),
+        ("shardId-6\n", 0, 1, 129),
+        (SHARD, SEQUENCE + 1, SEQUENCE, 129),  # first > last
+    ],
+)
+def test_kinesis_key_refusals(partition: str, first: int, last: int, digits: int) -> None:
+    with pytest.raises(UnsafePathError) as caught:
+        object_key("raw", "orders", "2026-11-21T07", partition, first, last, "jsonl.gz", digits=digits)
+    assert str(caught.value) == (f"refusing object key for partition={partition!r} epoch=0 offsets {first!r}..{last!r}")

@@ -6,8 +6,7 @@ import logging
 from typing import Any
 
 from tidemark.exceptions import PositionResetError, UnknownTopicError
-from tidemark.records.kafka import parse_kafka_event
-from tidemark.resets import source_identity
+from tidemark.records.events import parse_event
 from tidemark.runtime import Runtime
 from tidemark.writer.outcome import BatchOutcome
 
@@ -45,20 +44,21 @@ class Archiver:
         partition whose positions went backwards (``PositionResetError``) does not stop the
         others: they are archived first, then ``PositionResetsError`` fails the invocation.
         """
-        batches = parse_kafka_event(event)
+        batches = parse_event(event)
         config = self.runtime.config
         for batch in batches:  # check every topic before touching anything
-            if config.stream_for_topic(batch.topic) is None:
-                known = ", ".join(stream.source.topic for stream in config.streams)
-                raise UnknownTopicError(f"no stream archives topic {batch.topic!r} (configured topics: {known})")
+            if config.stream_for_topic(batch.topic, batch.kind) is None:
+                known = ", ".join(f"{stream.source.kind} {stream.source.topic}" for stream in config.streams)
+                what = "Kinesis stream" if batch.kind == "kinesis" else "topic"
+                raise UnknownTopicError(f"no stream archives {what} {batch.topic!r} (configured sources: {known})")
         outcomes: dict[str, BatchOutcome] = {}
         refused: list[PositionResetError] = []
         for batch in batches:
-            stream = config.stream_for_topic(batch.topic)
+            stream = config.stream_for_topic(batch.topic, batch.kind)
             assert stream is not None
             writer = self.runtime.writer(stream, batch.partition)
             try:
-                result = writer.write(batch.records, source=source_identity(event, batch.topic))
+                result = writer.write(batch.records, source=batch.source)
             except PositionResetError as exc:
                 logger.critical(
                     "positions went back in a way no redelivery explains: batch refused, nothing dropped",

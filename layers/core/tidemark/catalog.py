@@ -5,14 +5,21 @@ Pure (no AWS calls): ``describe_table`` turns a ``StreamConfig`` into a ``TableD
 into an ``AWS::Glue::Table``. The description follows what the format writers put in each object
 (``tidemark.formats``) and where ``tidemark.objects.keys`` puts the objects:
 
-* **columns**, per format: Parquet and Avro keep their types (``partition int``, ``offset bigint``,
-  ``event_time timestamp``, ``key``/``value`` ``string`` or ``binary`` by encoding, ``value`` a
-  ``struct`` of the declared fields under ``format.value_schema``, ``headers`` an array of
-  key/value structs). JSON Lines declares a json ``value`` as ``string``: Athena's OpenX JSON
-  SerDe gives an object or array in a ``string`` column as its JSON text (query it with
-  ``json_extract_scalar``); bytes keys, values and headers are base64 ``string``s there. CSV
-  columns are all ``string`` (the OpenCSV SerDe reads nothing else), ``value.<path>`` columns
-  named ``value_<path with _>``. Text has one ``value string`` column.
+* **columns**, per format, named as the stream's source kind names the envelope
+  (``stream.source.shape.envelope``, :mod:`tidemark.sources`). Parquet and Avro keep their
+  types (Kafka: ``partition int``, ``offset bigint``, ``timestamp bigint``; Kinesis:
+  ``shard_id string``, ``sequence_number string`` -- up to 129 digits, beyond every integer
+  and decimal type --, ``approximate_arrival_timestamp timestamp``; both: ``event_time
+  timestamp``, ``key``/``partition_key`` and ``value`` ``string`` or ``binary`` by encoding,
+  ``value`` a ``struct`` of the declared fields under ``format.value_schema``; Kafka's
+  ``headers`` an array of key/value structs, Kinesis records have none). JSON Lines declares a
+  json ``value`` as ``string``: Athena's OpenX JSON SerDe gives an object or array in a
+  ``string`` column as its JSON text (query it with ``json_extract_scalar``); bytes keys, values
+  and headers are base64 ``string``s there; Kinesis's ``sequence_number`` is a JSON string and
+  ``approximate_arrival_timestamp`` a JSON number of epoch seconds with three decimals, a
+  ``double`` (``from_unixtime`` makes it a timestamp). CSV columns are all ``string`` (the
+  OpenCSV SerDe reads nothing else), ``value.<path>`` columns named ``value_<path with _>``.
+  Text has one ``value string`` column.
 * **partition keys**: the ``partition_by`` names (``injected`` projection: Athena then needs an
   equality filter -- ``=`` or ``IN`` with literals -- on each of them in every query, and the
   values are the folder names, percent-encoded as ``tidemark.partitioning`` writes them,
@@ -40,6 +47,7 @@ from tidemark.config.model import StreamConfig, ValueField
 from tidemark.formats.avro_schema import avro_schema as writer_schema
 from tidemark.formats.base import RenderContext, ValueColumn
 from tidemark.objects.keys import hour_folders
+from tidemark.sources import KAFKA, KINESIS, EnvelopeNames
 
 #: formats that get no table (nothing in Athena reads them)
 NO_TABLE_FORMATS = ("bytes",)
@@ -105,7 +113,12 @@ def table_name(stream: str) -> str:
 
 
 def envelope_types(stream: StreamConfig) -> dict[str, str]:
-    """The Hive type of each envelope column as Parquet and Avro objects hold it."""
+    """The Hive type of each envelope column as Parquet and Avro objects hold it, in the
+    archive's order, named by the stream's source kind: Kafka ``topic, partition int, offset
+    bigint, timestamp bigint, event_time, key, value, headers``; Kinesis ``stream, shard_id
+    string, sequence_number string, approximate_arrival_timestamp timestamp, event_time,
+    partition_key, value``."""
+    names = stream.source.shape.envelope
     binary_key = stream.encoding.key == "bytes"
     binary_header = stream.encoding.headers == "bytes"
     schema = stream.format.value_schema
@@ -113,16 +126,18 @@ def envelope_types(stream: StreamConfig) -> dict[str, str]:
         value = struct_type(schema.fields)
     else:
         value = "binary" if stream.encoding.value == "bytes" else "string"
-    return {
-        "topic": "string",
-        "partition": "int",
-        "offset": "bigint",
-        "timestamp": "bigint",
+    types = {
+        names.source: "string",
+        names.partition: "string" if names.position_is_text else "int",
+        names.position: "string" if names.position_is_text else "bigint",
+        names.timestamp: "timestamp" if names.timestamp_in_seconds else "bigint",
         "event_time": "timestamp",
-        "key": "binary" if binary_key else "string",
+        names.key: "binary" if binary_key else "string",
         "value": value,
-        "headers": f"array<struct<key:string,value:{'binary' if binary_header else 'string'}>>",
     }
+    if names.headers is not None:
+        types[names.headers] = f"array<struct<key:string,value:{'binary' if binary_header else 'string'}>>"
+    return types
 
 
 def struct_type(fields: Sequence[ValueField]) -> str:
@@ -139,18 +154,49 @@ _COMMENTS = {
     "value": "Kafka record value",
     "headers": "Kafka record headers",
 }
+_KINESIS_COMMENTS = {
+    "stream": "Kinesis stream name",
+    "shard_id": "Kinesis shard id",
+    "sequence_number": "Kinesis sequence number (its decimal digits, up to 129: text)",
+    "approximate_arrival_timestamp": "Kinesis approximate arrival timestamp (UTC)",
+    "event_time": _COMMENTS["event_time"],
+    "partition_key": "Kinesis partition key",
+    "value": "Kinesis record value",
+}
+_SOURCE_COMMENTS = {KAFKA: _COMMENTS, KINESIS: _KINESIS_COMMENTS}
+#: a record timestamp written as epoch seconds with a fraction (JSON Lines, CSV)
+_SECONDS_COMMENT = "Kinesis approximate arrival timestamp (epoch seconds with 3 decimals)"
 
 
-def _envelope_columns(types: Mapping[str, str]) -> tuple[Column, ...]:
-    return tuple(Column(name, kind, _COMMENTS[name]) for name, kind in types.items())
+def _comments(stream: StreamConfig, *, text_formats: bool = False) -> dict[str, str]:
+    """Each envelope column's comment for the stream's source kind; ``text_formats``: as JSON
+    Lines and CSV write the record timestamp."""
+    shape = stream.source.shape
+    comments = dict(_SOURCE_COMMENTS[shape.kind])
+    if text_formats and shape.envelope.timestamp_in_seconds:
+        comments[shape.envelope.timestamp] = _SECONDS_COMMENT
+    return comments
+
+
+def _source_label(stream: StreamConfig) -> str:
+    return "Kinesis" if stream.source.shape.kind == KINESIS else "Kafka"
+
+
+def _envelope_columns(types: Mapping[str, str], comments: Mapping[str, str]) -> tuple[Column, ...]:
+    return tuple(Column(name, kind, comments[name]) for name, kind in types.items())
 
 
 def _jsonl_columns(stream: StreamConfig) -> tuple[Column, ...]:
+    names: EnvelopeNames = stream.source.shape.envelope
     types = envelope_types(stream)
     # JSON has no binary: bytes are base64 text; a json value (object, array, number...) is read
     # as its JSON text by the OpenX SerDe when the column is a string.
-    types.update(key="string", value="string", headers="array<struct<key:string,value:string>>")
-    return _envelope_columns(types)
+    types.update({names.key: "string", "value": "string"})
+    if names.headers is not None:
+        types[names.headers] = "array<struct<key:string,value:string>>"
+    if names.timestamp_in_seconds:  # a JSON number of epoch seconds with three decimals
+        types[names.timestamp] = "double"
+    return _envelope_columns(types, _comments(stream, text_formats=True))
 
 
 def csv_column_name(column: str) -> str:
@@ -161,29 +207,32 @@ def csv_column_name(column: str) -> str:
 def _csv_columns(stream: StreamConfig) -> tuple[Column, ...]:
     columns: list[Column] = []
     seen: dict[str, str] = {}
-    for source in stream.format.csv_columns:
+    comments = _comments(stream, text_formats=True)
+    for source in stream.csv_columns:
         name = csv_column_name(source)
         if name in seen:
             raise CatalogError(
                 f"stream {stream.name}: csv columns {seen[name]!r} and {source!r} would both be table column {name!r}"
             )
         seen[name] = source
-        comment = _COMMENTS.get(source, f"JSON value field {source.removeprefix('value.')} (as text)")
+        comment = comments.get(source, f"JSON value field {source.removeprefix('value.')} (as text)")
         columns.append(Column(name, "string", comment))
     return tuple(columns)
 
 
 def avro_schema(stream: StreamConfig) -> dict[str, Any]:
     """The Avro schema the table reads with (``avro.schema.literal``): the writer schema of
-    ``tidemark.formats.avro`` itself (``tidemark.formats.avro_schema`` needs no Avro library)."""
+    ``tidemark.formats.avro`` itself (``tidemark.formats.avro_schema`` needs no Avro library),
+    with the envelope of the stream's source kind."""
     fields = stream.format.value_schema.fields if stream.format.value_schema is not None else []
     context = RenderContext(
         stream.source.topic,
-        0,
+        0,  # no part of the schema: every partition's (or shard's) objects share it
         stream.encoding.key,
         stream.encoding.value,
         stream.encoding.headers,
         tuple(ValueColumn(field.name, field.type, field.nullable) for field in fields),
+        source=stream.source.shape.kind,
     )
     return writer_schema(context)
 
@@ -230,11 +279,11 @@ def _storage(stream: StreamConfig) -> tuple[tuple[Column, ...], str, str, str, d
     """columns, input format, output format, SerDe, SerDe parameters, extra table parameters."""
     fmt = stream.format
     if fmt.type == "parquet":
-        columns = _envelope_columns(envelope_types(stream))
+        columns = _envelope_columns(envelope_types(stream), _comments(stream))
         return columns, PARQUET_INPUT, PARQUET_OUTPUT, PARQUET_SERDE, {"serialization.format": "1"}, {}
     if fmt.type == "avro":
         literal = json.dumps(avro_schema(stream), separators=(",", ":"))
-        columns = _envelope_columns(envelope_types(stream))
+        columns = _envelope_columns(envelope_types(stream), _comments(stream))
         # Athena takes the schema from either place; Glue's own Avro tables carry it in both.
         serde = {"avro.schema.literal": literal}
         return columns, AVRO_INPUT, AVRO_OUTPUT, AVRO_SERDE, serde, {"avro.schema.literal": literal}
@@ -250,7 +299,7 @@ def _storage(stream: StreamConfig) -> tuple[tuple[Column, ...], str, str, str, d
         extra = {**compression, "skip.header.line.count": "1"}
         return _csv_columns(stream), TEXT_INPUT, TEXT_OUTPUT, CSV_SERDE, serde, extra
     if fmt.type == "text":
-        columns = (Column("value", "string", "Kafka record value, one per line"),)
+        columns = (Column("value", "string", f"{_source_label(stream)} record value, one per line"),)
         return columns, TEXT_INPUT, TEXT_OUTPUT, TEXT_SERDE, {"serialization.format": "1"}, compression
     raise CatalogError(f"stream {stream.name}: format {fmt.type} has no table")
 
@@ -301,9 +350,15 @@ def describe_table(
         serde=serde,
         serde_parameters=serde_parameters,
         parameters=parameters,
-        description=f"Tidemark archive of stream {stream.name} (topic {stream.source.topic}), {stream.format.type}",
+        description=f"Tidemark archive of stream {stream.name} ({_log_of(stream)}), {stream.format.type}",
         injected=tuple(item.name for item in stream.partition_by.fields),
     )
+
+
+def _log_of(stream: StreamConfig) -> str:
+    """``topic orders`` or ``Kinesis stream clicks``: where the records come from."""
+    kind = "Kinesis stream" if stream.source.shape.kind == KINESIS else "topic"
+    return f"{kind} {stream.source.topic}"
 
 
 def describe_tables(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from tidemark.sources import PartitionId
+
 
 class TidemarkError(Exception):
     """Base class of all Tidemark errors."""
@@ -70,7 +72,7 @@ class PositionResetError(TidemarkError):
     The batch is refused -- neither dropped as duplicates nor archived over the old records --
     until an operator starts a new epoch (``tidemark epoch start``)."""
 
-    def __init__(self, message: str, *, stream: str, partition: int, kind: str, offset: int) -> None:
+    def __init__(self, message: str, *, stream: str, partition: PartitionId, kind: str, offset: int) -> None:
         super().__init__(message)
         self.stream = stream
         self.partition = partition

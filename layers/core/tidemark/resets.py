@@ -7,7 +7,8 @@ are *not* redeliveries -- a topic deleted and recreated, the stream re-pointed a
 a migration to another cluster, a truncated log -- and dropping those records as duplicates
 would lose them. The ledger keeps what it needs to tell the two apart:
 
-* the **source** of the epoch's positions (cluster and topic, see ``source_identity``): a batch
+* the **source** of the epoch's positions (an MSK cluster and topic, a Kinesis stream's ARN; see
+  ``PartitionBatch.source``): a batch
   from another source is never a redelivery;
 * a window of **fingerprints**: (offset, CRC-32 of timestamp, key, value and headers) of the first
   and last record of each recent accept. A redelivered record at a fingerprinted offset has the
@@ -23,8 +24,7 @@ where it begins.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from tidemark.exceptions import PositionResetError
 from tidemark.ledger.model import PartitionState
@@ -33,17 +33,6 @@ from tidemark.records.model import Record
 SOURCE_CHANGED = "source_changed"
 BYTES_DIFFER = "bytes_differ"
 BELOW_WINDOW = "below_window"
-
-
-def source_identity(event: Mapping[str, Any], topic: str) -> str:
-    """``<cluster>/<topic>``: the MSK cluster's name and id from the event's ARN, or nothing for
-    self-managed Kafka, whose bootstrap servers change when brokers do (a migration between
-    self-managed clusters is caught by its positions instead)."""
-    arn = event.get("eventSourceArn")
-    cluster = ""
-    if isinstance(arn, str) and ":cluster/" in arn:
-        cluster = arn.split(":cluster/", 1)[1]
-    return f"{cluster}/{topic}"
 
 
 def fingerprint(record: Record) -> int:

@@ -63,7 +63,7 @@ class Router:
         # csv value.<path> columns re-serialise fields: checked here, so rendering cannot fail
         self._csv_paths = [
             column.removeprefix("value.").split(".")
-            for column in (stream.format.csv_columns if stream.format.type == "csv" else ())
+            for column in (stream.csv_columns if stream.format.type == "csv" else ())
             if column.startswith("value.")
         ]
         self._needs_parse = (

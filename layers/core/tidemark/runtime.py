@@ -6,8 +6,11 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
+import boto3
 from boto3.s3.transfer import TransferConfig
+from botocore.config import Config
 
 from tidemark.clock import Clock, SystemClock
 from tidemark.config.loader import load_config_from_env
@@ -18,6 +21,7 @@ from tidemark.ledger.base import Ledger
 from tidemark.ledger.dynamodb import DynamoDBLedger
 from tidemark.ledger.model import PartitionState
 from tidemark.objects.writer import ObjectStore
+from tidemark.sources import PartitionId
 from tidemark.staging.store import SegmentStore
 from tidemark.writer.partition import PartitionWriter
 from tidemark.writer.stream import StreamContext
@@ -38,8 +42,19 @@ class Runtime:
     crash_points: CrashPoints = field(default_factory=NoCrashes)
     _streams: dict[str, StreamContext] = field(default_factory=dict, init=False, repr=False)
     # Partition states last read or written by this process (see PartitionWriter).
-    _states: dict[tuple[str, int], PartitionState] = field(default_factory=dict, init=False, repr=False)
-    _gc_times: dict[tuple[str, int], int] = field(default_factory=dict, init=False, repr=False)
+    _states: dict[tuple[str, PartitionId], PartitionState] = field(default_factory=dict, init=False, repr=False)
+    _gc_times: dict[tuple[str, PartitionId], int] = field(default_factory=dict, init=False, repr=False)
+    kinesis_client: Any = None  # the sweeper's view of Kinesis shards; created on first use
+
+    @property
+    def kinesis(self) -> Any:
+        """A Kinesis client (only the sweeper asks: shard lineage for hour completeness)."""
+        if self.kinesis_client is None:
+            self.kinesis_client = boto3.client(
+                "kinesis",
+                config=Config(connect_timeout=5, read_timeout=10, retries={"mode": "standard", "max_attempts": 3}),
+            )
+        return self.kinesis_client
 
     @classmethod
     def build(
@@ -97,7 +112,7 @@ class Runtime:
             context = self._streams[config.name] = StreamContext.build(config, self.config.archive, self.clock)
         return context
 
-    def writer(self, stream: StreamConfig, partition: int) -> PartitionWriter:
+    def writer(self, stream: StreamConfig, partition: PartitionId) -> PartitionWriter:
         return PartitionWriter(
             self.stream(stream),
             partition,

@@ -18,9 +18,10 @@ from tidemark.config.model import COMPRESSIONS, StreamConfig
 from tidemark.eventtime import hour_path
 from tidemark.formats import RenderSpec, format_of, kind_of_key
 from tidemark.formats.base import ArchivedEnvelope
-from tidemark.objects.keys import epoch_of_key, folders_of_key, hour_of_key, positions_of_key
+from tidemark.objects.keys import epoch_of_key, folders_of_key, hour_of_key, positions_of_key, source_of_key
 from tidemark.partitioning import MissingPartitionValue, Partitioner
 from tidemark.records.model import Record
+from tidemark.sources import PartitionId
 from tidemark.valuepath import cell
 from tidemark.writer.stream import render_spec
 
@@ -40,9 +41,13 @@ class RecordMeta:
     headers: Headers
 
 
+#: a record's identity in the archive: (partition, position[, epoch])
+Identity = tuple[int | str, ...]
+
+
 @dataclass(frozen=True, slots=True)
 class ArchivedRecord:
-    partition: int
+    partition: PartitionId
     offset: int
     key: str  # S3 object key it was found in
     folder: str  # yyyy/mm/dd/hh of that key
@@ -58,7 +63,7 @@ class ArchivedRecord:
 
 @dataclass(frozen=True, slots=True)
 class ExpectedRecord:
-    partition: int
+    partition: PartitionId
     offset: int
     value: bytes
     hour: str | None  # expected event-hour label, None when it must be dead-lettered
@@ -66,7 +71,7 @@ class ExpectedRecord:
     epoch: int = 0  # the position epoch it must be archived in (a recreated topic repeats offsets)
 
 
-def identity(partition: int, offset: int, epoch: int) -> tuple[int, ...]:
+def identity(partition: PartitionId, offset: int, epoch: int) -> Identity:
     """A record's identity in the archive: (partition, offset), plus the epoch after a reset."""
     return (partition, offset) if epoch == 0 else (partition, offset, epoch)
 
@@ -76,18 +81,18 @@ class VerificationReport:
     produced: int = 0
     archived: int = 0
     dead_lettered: int = 0
-    lost: list[tuple[int, ...]] = field(default_factory=list)
-    duplicated: list[tuple[int, ...]] = field(default_factory=list)
-    unexpected: list[tuple[int, ...]] = field(default_factory=list)
+    lost: list[Identity] = field(default_factory=list)
+    duplicated: list[Identity] = field(default_factory=list)
+    unexpected: list[Identity] = field(default_factory=list)
     misfiled: list[tuple[int | str, ...]] = field(default_factory=list)
-    corrupted: list[tuple[int, ...]] = field(default_factory=list)
+    corrupted: list[Identity] = field(default_factory=list)
     objects: int = 0
     objects_per_hour: Counter[str] = field(default_factory=Counter)
     records_per_hour: Counter[str] = field(default_factory=Counter)
     dead_letter_reasons: Counter[str] = field(default_factory=Counter)
-    produced_by_partition: Counter[int] = field(default_factory=Counter)
-    archived_by_partition: Counter[int] = field(default_factory=Counter)  # copies found, raw
-    dead_lettered_by_partition: Counter[int] = field(default_factory=Counter)  # copies found, errors
+    produced_by_partition: Counter[PartitionId] = field(default_factory=Counter)
+    archived_by_partition: Counter[PartitionId] = field(default_factory=Counter)  # copies found, raw
+    dead_lettered_by_partition: Counter[PartitionId] = field(default_factory=Counter)  # copies found, errors
 
     @property
     def ok(self) -> bool:
@@ -130,7 +135,7 @@ def spec_of_key(key: str, spec: RenderSpec) -> RenderSpec:
     fmt, codec = kind_of_key(key)
     if codec is None:  # inside the file: the stream's codec, or the format's default
         codec = spec.compression if spec.format == fmt else COMPRESSIONS[fmt][0]
-    return replace(spec, format=fmt, compression=codec)
+    return replace(spec, format=fmt, compression=codec, source=source_of_key(key))
 
 
 def _render_spec(stream: StreamConfig | None, value: str, key: str, headers: str) -> RenderSpec:
@@ -178,7 +183,13 @@ CSV_FIELD = "value."  # csv fields are kept under their column names, typed fiel
 
 
 def _archived(
-    envelope: ArchivedEnvelope, key: str, folder: str, partition: int, dead: bool, kept: frozenset[str], csv: bool
+    envelope: ArchivedEnvelope,
+    key: str,
+    folder: str,
+    partition: PartitionId,
+    dead: bool,
+    kept: frozenset[str],
+    csv: bool,
 ) -> ArchivedRecord:
     value = envelope.value if envelope.value is not None else orjson.dumps(envelope.fields)
     fields = envelope.fields
@@ -246,7 +257,7 @@ def verify_archive(
     report = VerificationReport(objects=objects, objects_per_hour=per_hour)
     report.produced = len(wanted)
     report.produced_by_partition.update(ident[0] for ident in wanted)
-    seen: Counter[tuple[int, ...]] = Counter()
+    seen: Counter[Identity] = Counter()
     for record in archived:
         ident = identity(record.partition, record.offset, record.epoch)
         seen[ident] += 1
@@ -343,7 +354,7 @@ def _expected_folders(config: StreamConfig | None) -> Callable[[ExpectedRecord],
 
 def _place_unpositioned(
     archived: list[ArchivedRecord],
-    wanted: dict[tuple[int, ...], ExpectedRecord],
+    wanted: dict[Identity, ExpectedRecord],
     encoding: str,
     folders_of: Callable[[ExpectedRecord], str | None] | None,
 ) -> list[ArchivedRecord]:
@@ -360,10 +371,10 @@ def _place_unpositioned(
 
     if all(record.offset >= 0 for record in archived):
         return archived
-    candidates: dict[tuple[int, int], list[ExpectedRecord]] = defaultdict(list)
+    candidates: dict[tuple[PartitionId, int], list[ExpectedRecord]] = defaultdict(list)
     for want in sorted(wanted.values(), key=lambda item: item.offset):
         candidates[(want.partition, want.epoch)].append(want)
-    taken: set[tuple[int, ...]] = set()
+    taken: set[Identity] = set()
     placed = []
     for record in archived:
         if record.offset >= 0:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -11,15 +12,40 @@ from rich.console import Console
 
 from tidemark.cli.errors import EXIT_FAILED, one_line_errors
 from tidemark.cli.render import RichUI, render_result
-from tidemark.embedded.demo import Demo, DemoOptions
+from tidemark.embedded.demo import Demo, DemoError, DemoOptions
 from tidemark.embedded.workload import WorkloadSpec
+from tidemark.sources import KAFKA, KINESIS
 
 DEFAULT_FLUSH_RECORDS = 2000
 
 
+class Source(StrEnum):
+    kafka = KAFKA
+    kinesis = KINESIS
+
+
 def demo(
     records: Annotated[int, typer.Option(min=1, help="Orders to produce.")] = 50_000,
-    partitions: Annotated[int, typer.Option(min=1, max=64, help="Partitions of the topic (when it is created).")] = 4,
+    source: Annotated[
+        Source | None,
+        typer.Option(
+            help="Where the orders come from: a Kafka topic (the embedded broker) or a Kinesis data stream "
+            "(on moto, with a shard split mid-run). Default: the --config stream's kind; kafka without --config.",
+            show_default=False,
+        ),
+    ] = None,
+    partitions: Annotated[
+        int, typer.Option(min=1, max=64, help="Kafka: partitions of the topic (when it is created).")
+    ] = 4,
+    shards: Annotated[int, typer.Option(min=1, max=64, help="Kinesis: shards of the stream (when it is created).")] = 2,
+    split: Annotated[
+        bool,
+        typer.Option(
+            "--split/--no-split",
+            help="Kinesis: after half the orders, split the shard with the most undelivered records; the rest "
+            "go to its two children, which the mapping must read only after the parent.",
+        ),
+    ] = True,
     hours: Annotated[int, typer.Option(min=1, max=48, help="Event times are spread over this many past hours.")] = 4,
     late_share: Annotated[
         float, typer.Option(min=0.0, max=1.0, help="Share of records arriving 1-6 hours late.")
@@ -31,7 +57,8 @@ def demo(
         bool,
         typer.Option(
             "--chaos/--no-chaos",
-            help="Kill handler processes at random crash points and lose some offset commits; "
+            help="Kill handler processes at random crash points and lose some offset commits (Kinesis: "
+            "checkpoints); "
             "redelivery and recovery must still give exactly once.",
         ),
     ] = False,
@@ -39,7 +66,12 @@ def demo(
         float, typer.Option(min=0.0, max=1.0, help="With --chaos: share of invocations run in a process set to die.")
     ] = 0.2,
     lost_commit_rate: Annotated[
-        float, typer.Option(min=0.0, max=1.0, help="With --chaos: share of successful batches whose commit is lost.")
+        float,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="With --chaos: share of successful batches whose commit (Kinesis: checkpoint) is lost.",
+        ),
     ] = 0.03,
     no_aggregate: Annotated[
         bool,
@@ -48,11 +80,18 @@ def demo(
             help="Skip the last step, the PySpark aggregation job (local[2], needs Java).",
         ),
     ] = False,
+    aggregate: Annotated[
+        bool,
+        typer.Option(
+            "--aggregate",
+            help="End with the PySpark aggregation job even for a Kinesis source, where it is skipped by default.",
+        ),
+    ] = False,
     recreate_topic: Annotated[
         bool,
         typer.Option(
             "--recreate-topic",
-            help="Delete and create the topic after half the orders (its offsets restart at 0): the archiver "
+            help="Kafka: delete and create the topic after half the orders (its offsets restart at 0): the archiver "
             "refuses the new log until an operator starts a new epoch, which the demo does; every record is "
             "then archived exactly once, across both epochs.",
         ),
@@ -76,15 +115,21 @@ def demo(
         ),
     ] = None,
     bootstrap_servers: Annotated[
-        str | None, typer.Option(help="Use this Kafka (host:port,...) instead of starting the embedded broker.")
+        str | None, typer.Option(help="Kafka: use this broker (host:port,...) instead of starting the embedded one.")
     ] = None,
     topic: Annotated[
-        str | None, typer.Option(help="Topic to produce to and archive (default: the stream's topic); must be empty.")
+        str | None,
+        typer.Option(
+            help="Topic to produce to and archive (default: the stream's topic), or with Kinesis the stream's "
+            "name (replacing the one in source.stream_arn); must be empty."
+        ),
     ] = None,
     endpoint_url: Annotated[
-        str | None, typer.Option(help="Use this S3/DynamoDB endpoint instead of starting moto.")
+        str | None, typer.Option(help="Use this S3/DynamoDB (and Kinesis) endpoint instead of starting moto.")
     ] = None,
-    broker_port: Annotated[int, typer.Option(min=0, max=65535, help="Embedded broker port; 0 picks a free one.")] = 0,
+    broker_port: Annotated[
+        int, typer.Option(min=0, max=65535, help="Kafka: embedded broker port; 0 picks a free one.")
+    ] = 0,
     moto_port: Annotated[int, typer.Option(min=0, max=65535, help="moto server port; 0 picks a free one.")] = 0,
     batch_size: Annotated[
         int | None, typer.Option(min=1, max=10_000, help="ESM batch size (default: the stream's source.batch_size).")
@@ -100,7 +145,14 @@ def demo(
             help="Override the stream's flush.max_records so objects rotate during a short run; 0 keeps the config's.",
         ),
     ] = DEFAULT_FLUSH_RECORDS,
-    config: Annotated[Path, typer.Option(help="Stream configuration.")] = Path("config/tidemark.yaml"),
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            help="Stream configuration. Default: config/tidemark.yaml (Kafka), config/kinesis.yaml with "
+            "--source kinesis.",
+            show_default=False,
+        ),
+    ] = None,
     stream: Annotated[str | None, typer.Option(help="Stream to drive (default: the config's first).")] = None,
     bucket: Annotated[str, typer.Option(help="Archive bucket name.")] = "tidemark-demo-archive",
     ledger_table: Annotated[str, typer.Option(help="Ledger table name.")] = "tidemark-demo-ledger",
@@ -116,13 +168,20 @@ def demo(
     Starts a Kafka-protocol broker and moto (S3 + DynamoDB) on free loopback ports, produces an
     order workload (several event hours, late and malformed records), archives it through a
     local event source mapping and the real archiver handler, drains the buffers, then reads
-    every object back from S3. Exit code 0 on PASS, 1 on FAIL, 2 if the demo could not run.
+    every object back from S3. With `--source kinesis` the orders go to a Kinesis data stream on
+    moto instead, one of whose shards is split mid-run. Exit code 0 on PASS, 1 on FAIL, 2 if the
+    demo could not run.
     """
     console = Console()
     with one_line_errors():
+        if aggregate and no_aggregate:
+            raise DemoError("give --aggregate or --no-aggregate, not both")
         options = DemoOptions(
             project_dir=project_dir.resolve(),
             config_path=config,
+            source=None if source is None else source.value,
+            shards=shards,
+            split=split,
             workload=WorkloadSpec(
                 records=records, hours=hours, late_share=late_share, malformed_share=malformed_share, seed=seed
             ),
@@ -139,7 +198,7 @@ def demo(
             batch_size=batch_size,
             batching_window_ms=None if batching_window is None else round(batching_window * 1000),
             flush_records=flush_records or None,
-            aggregate=not no_aggregate,
+            aggregate=False if no_aggregate else (True if aggregate else None),
             chaos=chaos,
             recreate_topic=recreate_topic,
             format=format,

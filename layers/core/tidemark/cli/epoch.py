@@ -12,7 +12,7 @@ import json
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import boto3
 import typer
@@ -21,6 +21,7 @@ from tidemark.cli.errors import one_line_errors
 from tidemark.config.loader import load_config
 from tidemark.exceptions import ConfigError
 from tidemark.runtime import ENV_LEDGER_TABLE, Runtime
+from tidemark.sources import PartitionId, partition_of_text
 
 app = typer.Typer(
     help="Position epochs: start one after a topic was recreated or changed, or a cluster migrated.",
@@ -36,8 +37,20 @@ EndpointOption = Annotated[
     str | None, typer.Option(help="DynamoDB endpoint, e.g. the embedded stack's moto server; default: AWS.")
 ]
 StreamOption = Annotated[str, typer.Option(help="The stream, as named in the configuration.")]
-PartitionsOption = Annotated[list[int], typer.Option("--partition", "-p", help="A partition; repeat for several.")]
+PartitionsOption = Annotated[
+    list[str],
+    typer.Option(
+        "--partition", "-p", help="A Kafka partition number or a Kinesis shard id (shardId-...); repeat for several."
+    ),
+]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
+
+
+def _partition_ids(given: list[str]) -> list[PartitionId]:
+    try:
+        return [partition_of_text(text) for text in given]
+    except ValueError as exc:
+        raise ConfigError(f"--partition: {exc} (a partition number, or a Kinesis shard id)") from None
 
 
 def _runtime(config: Path, table: str, endpoint_url: str | None) -> Runtime:
@@ -64,7 +77,8 @@ def start(
         int,
         typer.Option(
             min=0,
-            help="The first position of the new log that is not archived yet: 0 (or the log start offset) "
+            help="The first position of the new log that is not archived yet (a Kinesis sequence number for a "
+            "shard): 0 (or the log start offset) "
             "for a recreated or new topic; for a migrated cluster, the new cluster's offset of the first "
             "record the archive does not hold (MirrorMaker's translated offset of the next record).",
         ),
@@ -95,7 +109,7 @@ def start(
             raise ConfigError(f"--stream {stream!r}: not in {config} (streams: {', '.join(names)})")
         stream_config = runtime.config.stream(stream)
         started = []
-        for partition in partitions:
+        for partition in _partition_ids(partitions):
             record = runtime.writer(stream_config, partition).start_epoch(from_offset, source=source, reason=reason)
             started.append({"stream": stream, "partition": partition} | asdict(record))
     if as_json:
@@ -120,8 +134,8 @@ def list_epochs(
     """Each partition's current epoch and every epoch start, oldest first."""
     with one_line_errors():
         runtime = _runtime(config, ledger_table, endpoint_url)
-        rows = []
-        for partition in partitions:
+        rows: list[dict[str, Any]] = []
+        for partition in _partition_ids(partitions):
             state = runtime.ledger.load(stream, partition)
             rows.append(
                 {
@@ -138,5 +152,5 @@ def list_epochs(
         return
     for row in rows:
         print(f"{row['stream']}/{row['partition']}: epoch {row['epoch']}, source {row['source'] or '(none yet)'}")
-        for start in row["starts"]:  # type: ignore[attr-defined]
+        for start in row["starts"]:
             print(f"  epoch {start['epoch']}: from offset {start['first_offset']} ({start['reason'] or 'no reason'})")

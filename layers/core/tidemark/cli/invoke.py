@@ -23,9 +23,13 @@ def invoke(
     function: Annotated[
         str, typer.Argument(help="Function to run: a directory under functions/ (its handler.lambda_handler).")
     ] = "archiver",
-    config: Annotated[Path, typer.Option(help="Stream configuration the function gets.")] = Path(
-        "config/tidemark.yaml"
-    ),
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            help="Stream configuration the function gets. Default: config/kinesis.yaml for a Kinesis event "
+            "(eventSource aws:kinesis), config/tidemark.yaml for any other."
+        ),
+    ] = None,
     drain: Annotated[
         bool,
         typer.Option(help="Afterwards, write every open buffer of the event's partitions to S3 and list the objects."),

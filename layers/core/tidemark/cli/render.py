@@ -54,8 +54,13 @@ def render_result(console: Console, result: DemoResult) -> None:
     report = result.verification
     check = data["verification"]
 
+    kinesis = data.get("source") == "kinesis"
     partitions = _table(
-        "Produced vs archived (read back from S3)", "partition", "produced", "archived", "dead-lettered"
+        "Produced vs archived (read back from S3)",
+        "shard" if kinesis else "partition",
+        "produced",
+        "archived",
+        "dead-lettered",
     )
     for partition, row in data["partitions"].items():
         partitions.add_row(partition, str(row["produced"]), str(row["archived"]), str(row["dead_lettered"]))
@@ -78,7 +83,8 @@ def render_result(console: Console, result: DemoResult) -> None:
     console.print(
         f"delivery: {delivery['batches']} batches (largest {delivery['largest_batch']}), "
         f"{delivery['invocations']} invocations, {delivery['failed_invocations']} failed "
-        f"({delivery['crashed_invocations']} killed), {delivery['rebalances']} rebalances; "
+        f"({delivery['crashed_invocations']} killed), {delivery['rebalances']} "
+        f"{'shard restarts from a checkpoint' if kinesis else 'rebalances'}; "
         f"drain wrote {data['drained_objects']} objects"
     )
     for error in delivery["function_errors"]:
@@ -90,12 +96,20 @@ def render_result(console: Console, result: DemoResult) -> None:
             f"topic recreated mid-run: the archiver refused {epochs['refused_invocations']} invocation(s) of the new "
             f"log (nothing dropped); the operator started {started}"
         )
+    shards = data.get("shards")
+    if shards and shards["closed"]:
+        order = "after" if shards.get("parent_before_children") else "[red]NOT after[/red]"
+        console.print(
+            f"shards: {', '.join(shards['initial'])}; {shards['closed'][0]} split mid-run "
+            f"({shards['parent_undelivered_at_split']} of its records still undelivered) into "
+            f"{' and '.join(shards['children'])}, read {order} their parent ended"
+        )
     if data["chaos"] is not None:
         chaos = data["chaos"]
         points = ", ".join(f"{point} x{count}" for point, count in chaos["crash_points"].items()) or "none"
         console.print(
             f"chaos: {chaos['crashes']} processes killed ({points}); {chaos['not_reached']} armed but finished; "
-            f"{chaos['lost_commits']} commits lost"
+            f"{chaos['lost_commits']} {'checkpoints' if kinesis else 'commits'} lost"
         )
     sweeper = data["sweeper"]
     completeness = sweeper["completeness"]

@@ -226,7 +226,18 @@ class AlarmSettings(_Model):
     emails: list[str] = Field(default_factory=list)
     #: offset lag (records) above which the lag alarm fires, when it also grew over the window
     offset_lag: int = Field(default=100_000, ge=1)
+    #: Kinesis streams: the mapping's iterator age above which the lag alarm fires, when it also
+    #: grew over the window (a quarter of an hour behind is an incident well before the stream's
+    #: retention, 24 hours at least, drops records)
+    iterator_age: Duration = timedelta(minutes=15)
     evaluation_periods: int = Field(default=3, ge=1, le=24)
+
+    @field_validator("iterator_age")
+    @classmethod
+    def _age(cls, value: timedelta) -> timedelta:
+        if not timedelta(minutes=1) <= value <= timedelta(days=7):
+            raise ValueError("must be between 1m and 7d")
+        return value
 
     @field_validator("emails")
     @classmethod

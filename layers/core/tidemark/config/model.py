@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -27,7 +27,9 @@ from tidemark.config.deployment import (
 )
 from tidemark.config.units import Bytes, Duration, to_ms
 from tidemark.names import S3_PREFIX, STREAM_NAME, TOPIC_NAME
+from tidemark.sources import ALL_ENVELOPE_COLUMNS, KAFKA_SHAPE, SourceShape, shape_of
 
+KINESIS_STREAM_ARN = r"^arn:aws[a-z-]*:kinesis:[a-z0-9-]+:\d{12}:stream/[A-Za-z0-9_.-]{1,128}$"
 MSK_CLUSTER_ARN = r"^arn:aws[a-z-]*:kafka:[a-z0-9-]+:\d{12}:cluster/[A-Za-z0-9-]{1,64}/[A-Za-z0-9-]+$"
 IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
 
@@ -40,16 +42,38 @@ class _Model(BaseModel):
 
 
 class SourceConfig(_Model):
-    """Where the stream's records come from: an MSK cluster or a self-managed Kafka."""
+    """Where the stream's records come from: an MSK cluster, a self-managed Kafka, or a Kinesis
+    data stream (whose name, taken from ``stream_arn``, stands in ``topic``)."""
 
-    kind: Literal["msk", "kafka"] = "msk"
+    kind: Literal["msk", "kafka", "kinesis"] = "msk"
     topic: str = Field(pattern=TOPIC_NAME)
     cluster_arn: str | None = Field(default=None, pattern=MSK_CLUSTER_ARN)
     bootstrap_servers: list[str] | None = None
     consumer_group_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._-]{1,200}$")
+    stream_arn: str | None = Field(default=None, pattern=KINESIS_STREAM_ARN)
     batch_size: int = Field(default=1000, ge=1, le=10_000)
     batching_window: Duration = timedelta(seconds=1)
-    starting_position: Literal["TRIM_HORIZON", "LATEST"] = "TRIM_HORIZON"
+    starting_position: Literal["TRIM_HORIZON", "LATEST", "AT_TIMESTAMP"] = "TRIM_HORIZON"
+    starting_position_timestamp: datetime | None = None
+    consumer: Literal["shared", "efo"] = "shared"
+    parallelization_factor: int = 1
+
+    @model_validator(mode="before")
+    @classmethod
+    def _kinesis_topic(cls, data: object) -> object:
+        # A Kinesis stream's name is its "topic": the name events and object keys carry.
+        if isinstance(data, dict) and data.get("kind") == "kinesis":
+            arn = data.get("stream_arn")
+            if not isinstance(arn, str) or not re.match(KINESIS_STREAM_ARN, arn):
+                raise ValueError(
+                    "stream_arn is required when kind is 'kinesis' (arn:aws:kinesis:<region>:<account>:stream/<name>)"
+                )
+            name = arn.rsplit("/", 1)[1]
+            # A dumped config (what the Lambdas get) carries the derived name back: only that is fine.
+            if data.get("topic") not in (None, name):
+                raise ValueError("topic is for Kafka sources; a Kinesis stream's name comes from stream_arn")
+            return {**data, "topic": name}
+        return data
 
     @field_validator("batching_window")
     @classmethod
@@ -63,7 +87,42 @@ class SourceConfig(_Model):
         # An msk source without cluster_arn reads from the dev cluster; TidemarkConfig checks that.
         if self.kind == "kafka" and not self.bootstrap_servers:
             raise ValueError("bootstrap_servers is required when kind is 'kafka'")
+        kinesis_only = {
+            "stream_arn": self.stream_arn is not None,
+            "consumer": self.consumer != "shared",
+            "parallelization_factor": self.parallelization_factor != 1,
+            "starting_position AT_TIMESTAMP": self.starting_position == "AT_TIMESTAMP",
+            "starting_position_timestamp": self.starting_position_timestamp is not None,
+        }
+        if self.kind != "kinesis":
+            wrong = [name for name, given in kinesis_only.items() if given]
+            if wrong:
+                raise ValueError(f"{', '.join(wrong)}: only for kind 'kinesis'")
+            return self
+        for name, given in {"cluster_arn": self.cluster_arn, "bootstrap_servers": self.bootstrap_servers}.items():
+            if given is not None:
+                raise ValueError(f"{name} is for Kafka sources, not kind 'kinesis'")
+        if self.consumer_group_id is not None:
+            raise ValueError("consumer_group_id is for Kafka sources, not kind 'kinesis'")
+        if self.parallelization_factor != 1:
+            raise ValueError(
+                "parallelization_factor must be 1: with more, the mapping processes one shard in several "
+                "concurrent batches (by partition key), sequence numbers no longer arrive in order, and "
+                "the ledger could not drop redeliveries by position"
+            )
+        if (self.starting_position == "AT_TIMESTAMP") != (self.starting_position_timestamp is not None):
+            raise ValueError("starting_position_timestamp goes with starting_position AT_TIMESTAMP, and only with it")
         return self
+
+    @property
+    def shape(self) -> SourceShape:
+        """Names and widths of this source kind below the adapters (``tidemark.sources``)."""
+        return shape_of(self.kind)
+
+    @property
+    def stream_name(self) -> str:
+        """The log the records come from: the Kafka topic or the Kinesis stream's name."""
+        return self.topic
 
 
 class EventTimeConfig(_Model):
@@ -158,7 +217,7 @@ COMPRESSIONS: dict[str, tuple[str, ...]] = {
     "avro": ("deflate", "snappy", "zstandard", "null"),
 }
 #: what a CSV column may name besides ``value.<dotted path>``
-ENVELOPE_COLUMNS = ("topic", "partition", "offset", "timestamp", "event_time", "key", "value", "headers")
+ENVELOPE_COLUMNS = KAFKA_SHAPE.envelope.columns  # Kafka's; tidemark.sources has every kind's
 VALUE_COLUMN = r"^value(\.[A-Za-z_][A-Za-z0-9_]*)+$"
 _AVRO_TYPES = {
     "string": "string",
@@ -265,25 +324,14 @@ class FormatConfig(_Model):
             if not self.columns:
                 raise ValueError("columns must name at least one column")
             for column in self.columns:
-                if column not in ENVELOPE_COLUMNS and not re.match(VALUE_COLUMN, column):
+                if column not in ALL_ENVELOPE_COLUMNS and not re.match(VALUE_COLUMN, column):
                     raise ValueError(
-                        f"column {column!r} is neither an envelope field ({', '.join(ENVELOPE_COLUMNS)}) nor"
+                        f"column {column!r} is neither an envelope field ({', '.join(ALL_ENVELOPE_COLUMNS)}) nor"
                         " value.<dotted path>"
                     )
             if len(set(self.columns)) != len(self.columns):
                 raise ValueError(f"columns must be unique, got {self.columns}")
         return self
-
-    @property
-    def csv_columns(self) -> tuple[str, ...]:
-        return tuple(self.columns) if self.columns else ENVELOPE_COLUMNS
-
-    @property
-    def keeps_positions(self) -> bool:
-        """Whether each record's partition and offset can be read back from the object."""
-        if self.type == "text":
-            return False
-        return self.type != "csv" or {"partition", "offset"} <= set(self.csv_columns)
 
 
 #: names a partition-by field may not take: envelope columns and the hour's (Hive) folder names
@@ -351,6 +399,11 @@ S3_MAX_KEY = 1024
 #: Hive hour folders (35), partition (10 digits), epoch (``e`` + 10 digits + ``+``), two 20-digit
 #: offsets, separators and the longest extension
 KEY_FIXED_PART = 130
+
+
+def key_fixed_part(shape: SourceShape) -> int:
+    """``KEY_FIXED_PART`` for a source kind: its partition ids and positions may be wider."""
+    return KEY_FIXED_PART + (shape.max_partition_length - 10) + 2 * (shape.position_digits - 20)
 
 
 class DeadLetterConfig(_Model):
@@ -423,7 +476,7 @@ class StreamConfig(_Model):
             raise ValueError("event_time.source 'json_field' needs encoding.value 'json'")
         if self.aggregations and self.encoding.value != "json":
             raise ValueError("aggregations need encoding.value 'json' (they read the value's fields)")
-        if self.aggregations and not self.format.keeps_positions:
+        if self.aggregations and not self.keeps_positions:
             raise ValueError(
                 f"aggregations need a format that keeps each record's partition and offset (the job dedupes on"
                 f" them): {self.format.type} {'without those columns ' if self.format.type == 'csv' else ''}does not"
@@ -432,7 +485,36 @@ class StreamConfig(_Model):
             raise ValueError("format.value_schema needs encoding.value 'json' (it types the value's fields)")
         if any(f.field.startswith("_value.") for f in self.partition_by.fields) and self.encoding.value != "json":
             raise ValueError("partition_by on _value.<path> needs encoding.value 'json'")
+        envelope = self.source.shape.envelope
+        taken = [f.name for f in self.partition_by.fields if f.name in envelope.columns]
+        if taken:
+            raise ValueError(f"partition names {taken} are taken by {self.source.kind} archive columns; set name:")
+        if self.format.columns is not None:
+            foreign = [c for c in self.format.columns if c in ALL_ENVELOPE_COLUMNS and c not in envelope.columns]
+            if foreign:
+                raise ValueError(
+                    f"format.columns {foreign} are not fields of a {self.source.kind} envelope "
+                    f"({', '.join(envelope.columns)})"
+                )
+        if envelope.headers is None:
+            if self.event_time.source == "header":
+                raise ValueError(f"event_time.source 'header': {self.source.kind} records have no headers")
+            if any(f.field.startswith("_header.") for f in self.partition_by.fields):
+                raise ValueError(f"partition_by on _header.<name>: {self.source.kind} records have no headers")
         return self
+
+    @property
+    def csv_columns(self) -> tuple[str, ...]:
+        """The CSV columns: as configured, or every envelope field of the stream's source kind."""
+        return tuple(self.format.columns) if self.format.columns else self.source.shape.envelope.columns
+
+    @property
+    def keeps_positions(self) -> bool:
+        """Whether each record's partition and position can be read back from the object."""
+        if self.format.type == "text":
+            return False
+        envelope = self.source.shape.envelope
+        return self.format.type != "csv" or {envelope.partition, envelope.position} <= set(self.csv_columns)
 
 
 class ArchiveSettings(_Model):
@@ -530,11 +612,11 @@ class TidemarkConfig(_Model):
     @model_validator(mode="after")
     def _unique(self) -> TidemarkConfig:
         names = [stream.name for stream in self.streams]
-        topics = [stream.source.topic for stream in self.streams]
+        topics = [(stream.source.shape.kind, stream.source.topic) for stream in self.streams]
         if len(set(names)) != len(names):
             raise ValueError(f"stream names must be unique, got {names}")
         if len(set(topics)) != len(topics):
-            raise ValueError(f"each topic may feed one stream only, got {topics}")
+            raise ValueError(f"each topic (or Kinesis stream) may feed one stream only, got {[t for _, t in topics]}")
         prefixes = [self.archive.raw_prefix, self.archive.errors_prefix, self.sweeper.manifests_prefix]
         if len(set(prefixes)) != len(prefixes):
             raise ValueError("archive.raw_prefix, archive.errors_prefix and sweeper.manifests_prefix must differ")
@@ -549,7 +631,7 @@ class TidemarkConfig(_Model):
                 max(len(self.archive.raw_prefix), len(self.archive.errors_prefix))
                 + 2 * len(stream.name)
                 + stream.partition_by.max_folders_length
-                + KEY_FIXED_PART
+                + key_fixed_part(source.shape)
             )
             if longest_key > S3_MAX_KEY:
                 raise ValueError(
@@ -565,15 +647,18 @@ class TidemarkConfig(_Model):
 
     def runtime_json(self) -> str:
         """The configuration as the Lambdas and the Spark job get it: without the deployment-only
-        sections, which keeps it small (Lambda allows 4 KB of environment in all)."""
+        sections and without settings left at their defaults (the same code parses it back into
+        the same values), which keeps it small: Lambda allows 4 KB of environment in all, and a
+        Kafka and two Kinesis streams in full would not fit."""
         return self.model_dump_json(
+            exclude_defaults=True,
             exclude={
                 "network": True,
                 "pipeline": True,
                 "alarms": True,
                 "catalog": True,
                 "streams": {"__all__": {"archiver"}},
-            }
+            },
         )
 
     def stream(self, name: str) -> StreamConfig:
@@ -582,8 +667,9 @@ class TidemarkConfig(_Model):
                 return stream
         raise KeyError(name)
 
-    def stream_for_topic(self, topic: str) -> StreamConfig | None:
+    def stream_for_topic(self, topic: str, kind: str = "kafka") -> StreamConfig | None:
+        """The stream that archives ``topic`` (a Kinesis stream's name, with ``kind='kinesis'``)."""
         for stream in self.streams:
-            if stream.source.topic == topic:
+            if stream.source.topic == topic and stream.source.shape.kind == kind:
                 return stream
         return None

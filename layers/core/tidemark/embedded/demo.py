@@ -1,14 +1,17 @@
 """The embedded demo: the whole pipeline on one machine, checked from what lands in S3.
 
-    broker (Tansu, or --bootstrap-servers)   moto server (S3 + DynamoDB)   staging directory
-        │ produce a workload                          ▲
-        ▼                                             │
+    source: Kafka broker (Tansu, or --bootstrap-servers)   moto server (S3 + DynamoDB [+ Kinesis])
+         or a Kinesis stream on moto (a shard split mid-run)         ▲          staging directory
+        │ produce a workload                                         │
+        ▼                                                            │
     local event source mapping ──invoke──▶ archiver handler (functions/archiver) ──▶ S3 + ledger
-        (chaos: children killed at crash points, lost commits)
+        (chaos: children killed at crash points, lost commits / checkpoints)
     drain every open buffer ─▶ sweeper (functions/sweeper: sweep, reconcile, complete hours)
     ─▶ read the archive back from S3 ─▶ report, PASS/FAIL
 
-Every step runs the same code as production; only the AWS endpoints are local.
+Every step runs the same code as production; only the AWS endpoints are local. This module is
+the script of the steps; what touches the source -- producing and the local mapping -- is a
+``SourceRunner`` per kind (``demo_kafka``, ``demo_kinesis``).
 """
 
 from __future__ import annotations
@@ -17,11 +20,9 @@ import contextlib
 import json
 import tempfile
 import time
-import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, Any
 
 import yaml
 from botocore.exceptions import BotoCoreError, ClientError
@@ -30,67 +31,29 @@ from tidemark.config.loader import ENV_JSON, parse_config
 from tidemark.config.model import StreamConfig, TidemarkConfig
 from tidemark.embedded.aggregation import run_demo_aggregation
 from tidemark.embedded.aws import LocalAws, local_aws
-from tidemark.embedded.broker import BrokerError, kafka_broker
 from tidemark.embedded.chaos import FLUSH_POINTS, Chaos, ChaosLog
-from tidemark.embedded.esm.batching import BatchLimits
+from tidemark.embedded.demo_common import (
+    DemoError,
+    DemoOptions,
+    DemoUI,
+    FeedContext,
+    QuietUI,
+    SourceRunner,
+)
+from tidemark.embedded.demo_kafka import KafkaRunner
+from tidemark.embedded.demo_kinesis import KinesisRunner
 from tidemark.embedded.esm.invokers import ChildInvoker, InProcessInvoker, Invoker
-from tidemark.embedded.esm.mapping import EventSourceMapping, MappingConfig, MappingStats
-from tidemark.embedded.kafka_clients import client_settings, kafka_client_log
+from tidemark.embedded.esm.mapping import MappingStats
 from tidemark.embedded.lambda_runtime import HandlerRef, patched_environ
-from tidemark.embedded.operator import EpochOperator
-from tidemark.embedded.ports import claim_port
-from tidemark.embedded.workload import Order, WorkloadSpec, ensure_topic, generate, produce, recreate_topic
+from tidemark.embedded.workload import generate
 from tidemark.eventtime import HourBucketer
-from tidemark.exceptions import ConfigError, TidemarkError
+from tidemark.exceptions import ConfigError
 from tidemark.objects.keys import hour_of_key
-from tidemark.records.esm import EventSource
 from tidemark.runtime import Runtime
+from tidemark.sources import KAFKA, KINESIS, partition_sort_key
 from tidemark.verify import ExpectedRecord, VerificationReport, verify_archive
 
-
-class DemoUI(Protocol):
-    """Where the demo reports what it is doing (the CLI draws progress bars)."""
-
-    def step(self, text: str) -> None: ...
-
-    def progress(self, task: str, done: int, total: int) -> None: ...
-
-
-class QuietUI:
-    def step(self, text: str) -> None:
-        return None
-
-    def progress(self, task: str, done: int, total: int) -> None:
-        return None
-
-
-@dataclass(frozen=True)
-class DemoOptions:
-    project_dir: Path
-    config_path: Path
-    workload: WorkloadSpec = field(default_factory=WorkloadSpec)
-    workdir: Path | None = None  # default: a new temporary directory (kept, it holds the logs)
-    stream: str | None = None  # default: the config's first stream
-    topic: str | None = None  # default: the stream's topic
-    partitions: int = 4
-    bootstrap_servers: str | None = None  # default: start the embedded broker
-    endpoint_url: str | None = None  # default: start moto
-    broker_port: int = 0
-    moto_port: int = 0
-    bucket: str = "tidemark-demo-archive"
-    table: str = "tidemark-demo-ledger"
-    batch_size: int | None = None  # default: the stream's source.batch_size
-    batching_window_ms: int | None = None  # default: the stream's source.batching_window
-    flush_records: int | None = None  # overrides flush.max_records so objects rotate during a short run
-    aggregate: bool = True  # end with the PySpark aggregation job (needs Java)
-    chaos: bool = False
-    crash_rate: float = 0.2
-    lost_commit_rate: float = 0.03
-    seed: int = 7
-    recreate_topic: bool = False  # delete and create the topic after half the orders (offsets restart)
-    format: str | None = None  # overrides the stream's format.type (with that format's default compression)
-    compression: str | None = None  # overrides format.compression
-    partition_by: tuple[str, ...] = ()  # overrides partition_by.fields
+__all__ = ["Demo", "DemoError", "DemoOptions", "DemoResult", "DemoUI", "QuietUI", "demo_config"]
 
 
 @dataclass
@@ -98,8 +61,8 @@ class DemoResult:
     options: DemoOptions
     workdir: Path
     stream: str
-    topic: str
-    bootstrap_servers: str
+    topic: str  # the Kafka topic, or the Kinesis stream's name
+    bootstrap_servers: str | None  # Kafka's; None for a Kinesis source
     endpoint: str
     verification: VerificationReport
     mapping: MappingStats
@@ -113,6 +76,9 @@ class DemoResult:
     s3_only: list[str]  # in S3, unknown to the ledger
     staging_left: int  # segment files still on the staging directory
     timings_s: dict[str, float]
+    source: str = KAFKA  # the source kind: kafka or kinesis
+    stream_arn: str | None = None  # Kinesis: the stream the records' eventSourceARN names
+    shards: dict[str, Any] | None = None  # Kinesis: the shards, which one was split into which
 
     @property
     def ok(self) -> bool:
@@ -123,6 +89,7 @@ class DemoResult:
             and not self.ledger_only
             and not self.s3_only
             and (self.aggregation is None or all(self.aggregation["counts_match"].values()))
+            and (self.shards is None or self.shards.get("parent_before_children", True))
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -130,10 +97,12 @@ class DemoResult:
         partitions = sorted(report.produced_by_partition)
         return {
             "result": "PASS" if self.ok else "FAIL",
+            "source": self.source,
             "stream": self.stream,
             "topic": self.topic,
             "workdir": str(self.workdir),
             "bootstrap_servers": self.bootstrap_servers,
+            "stream_arn": self.stream_arn,
             "endpoint": self.endpoint,
             "verification": report.summary(),
             "partitions": {
@@ -167,27 +136,36 @@ class DemoResult:
             "aggregation": self.aggregation,
             "chaos": None if self.chaos is None else self.chaos.summary(),
             "epochs": self.epochs,
+            "shards": self.shards,
             "timings_s": {name: round(seconds, 2) for name, seconds in self.timings_s.items()},
         }
 
 
-class DemoError(TidemarkError):
-    """The demo could not run (bad options, unreachable services)."""
-
-
 def demo_config(options: DemoOptions) -> tuple[dict[str, Any], TidemarkConfig, StreamConfig]:
-    """The config file with the demo's overrides, validated; and the stream the demo drives."""
+    """The config file with the demo's overrides, validated; and the stream the demo drives.
+
+    ``--topic`` names the Kafka topic, or for a Kinesis stream the stream (the name in its ARN,
+    which a Kinesis source's topic is derived from)."""
+    path = options.config_file
     try:
-        data = yaml.safe_load(options.config_path.read_text(encoding="utf-8"))
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{options.config_path}: cannot read the configuration ({exc})") from None
-    config = parse_config(data, origin=str(options.config_path))
+        raise ConfigError(f"{path}: cannot read the configuration ({exc})") from None
+    config = parse_config(data, origin=str(path))
     names = [stream.name for stream in config.streams]
     name = options.stream or names[0]
     if name not in names:
-        raise ConfigError(f"--stream {name!r}: not in {options.config_path} (streams: {', '.join(names)})")
+        raise ConfigError(f"--stream {name!r}: not in {path} (streams: {', '.join(names)})")
+    kind = config.stream(name).source.shape.kind
+    if options.source is not None and options.source != kind:
+        raise ConfigError(
+            f"--source {options.source}: stream {name!r} of {path} reads a {kind} source; pass a --config "
+            f"whose stream reads {options.source} (or leave --config out for the example one)"
+        )
     raw = data["streams"][names.index(name)]
-    if options.topic:
+    if options.topic and kind == KINESIS:
+        raw["source"]["stream_arn"] = f"{raw['source']['stream_arn'].rsplit('/', 1)[0]}/{options.topic}"
+    elif options.topic:
         raw["source"]["topic"] = options.topic
     if options.flush_records:
         raw.setdefault("flush", {})["max_records"] = options.flush_records
@@ -199,7 +177,7 @@ def demo_config(options: DemoOptions) -> tuple[dict[str, Any], TidemarkConfig, S
             fmt["compression"] = options.compression
     if options.partition_by:
         raw.setdefault("partition_by", {})["fields"] = list(options.partition_by)
-    config = parse_config(data, origin=str(options.config_path))
+    config = parse_config(data, origin=str(path))
     stream = config.stream(name)
     if stream.event_time.source != "json_field" or stream.event_time.field != "created_at":
         raise ConfigError(
@@ -209,17 +187,10 @@ def demo_config(options: DemoOptions) -> tuple[dict[str, Any], TidemarkConfig, S
     return data, config, stream
 
 
-def check_reachable(bootstrap: str, timeout_s: float = 10.0) -> None:
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient
-
-    try:
-        AdminClient(client_settings(bootstrap)).list_topics(timeout=timeout_s)
-    except KafkaException:
-        raise DemoError(
-            f"cannot reach Kafka at {bootstrap} within {timeout_s:.0f}s: check --bootstrap-servers "
-            "(or leave it out to use the embedded broker)"
-        ) from None
+def source_runner(kind: str, options: DemoOptions, ui: DemoUI) -> SourceRunner:
+    """The runner of the stream's source kind."""
+    runner: SourceRunner = KinesisRunner(options, ui) if kind == KINESIS else KafkaRunner(options, ui)
+    return runner
 
 
 class Demo:
@@ -229,11 +200,13 @@ class Demo:
         self.timings: dict[str, float] = {}
         self._started = time.monotonic()
         self._started_ms = int(time.time() * 1000)
+        self._mark = self._started
 
-    def _lap(self, name: str, since: float) -> float:
+    def _lap(self, name: str) -> None:
+        """End a timed phase: the time since the last lap is added to ``name``."""
         now = time.monotonic()
-        self.timings[name] = now - since
-        return now
+        self.timings[name] = self.timings.get(name, 0.0) + now - self._mark
+        self._mark = now
 
     def run(self) -> DemoResult:
         """Run the demo; a Kafka or AWS failure becomes a ``DemoError`` naming what failed."""
@@ -244,27 +217,19 @@ class Demo:
         except KafkaException as exc:
             raise DemoError(f"Kafka failed: {exc.args[0].str() if exc.args else exc}") from None
         except (BotoCoreError, ClientError) as exc:
-            raise DemoError(f"S3/DynamoDB at the local endpoint failed: {exc}") from None
+            raise DemoError(f"AWS (S3/DynamoDB/Kinesis) at the local endpoint failed: {exc}") from None
 
     def _run(self) -> DemoResult:
         options = self.options
         data, config, stream = demo_config(options)
+        kind = stream.source.shape.kind
         handler = HandlerRef.for_function(options.project_dir, "archiver").check()
         workdir = options.workdir or Path(tempfile.mkdtemp(prefix="tidemark-demo-"))
         workdir.mkdir(parents=True, exist_ok=True)
+        runner = source_runner(kind, options, self.ui)
         with contextlib.ExitStack() as stack:
-            stack.enter_context(kafka_client_log(workdir / "kafka-clients.log"))
-            mark = time.monotonic()
-            bootstrap = options.bootstrap_servers
-            if bootstrap is None:
-                self.ui.step("starting the Kafka-protocol broker (Tansu) on loopback")
-                port = claim_port(options.broker_port, option="--broker-port")
-                try:
-                    bootstrap = stack.enter_context(kafka_broker(port=port))
-                except BrokerError as exc:
-                    raise DemoError(str(exc)) from None
-            check_reachable(bootstrap)
-            self.ui.step(f"Kafka at {bootstrap}; starting moto (S3 + DynamoDB)")
+            self._mark = time.monotonic()
+            self.ui.step(runner.start(stack, workdir))
             aws = stack.enter_context(
                 local_aws(
                     workdir,
@@ -274,46 +239,27 @@ class Demo:
                     port=options.moto_port,
                 )
             )
+            runner.connect(aws)
             env = {**aws.environment(), ENV_JSON: json.dumps(data, default=str)}
             stack.enter_context(patched_environ(env))
-            mark = self._lap("start_services", mark)
+            self._lap("start_services")
 
-            topic = stream.source.topic
-            self.ui.step(f"producing {options.workload.records} orders to {topic!r} ({options.partitions} partitions)")
-            ensure_topic(bootstrap, topic, options.partitions)
             orders = list(generate(options.workload, int(time.time() * 1000), stream.event_time.timezone))
-            # With --recreate-topic, half the orders go to the topic before it is recreated.
-            first = orders[: len(orders) // 2] if options.recreate_topic else orders
-            expected = produce(
-                bootstrap,
-                topic,
-                iter(first),
-                on_progress=lambda n: self.ui.progress("produce", n, len(orders)),
-            )
-            mark = self._lap("produce", mark)
-
             chaos = Chaos(options.seed, crash_rate=options.crash_rate, lost_commit_rate=options.lost_commit_rate)
             warm_log = stack.enter_context((workdir / "handler.log").open("a", encoding="utf-8"))
             warm: Invoker = InProcessInvoker(handler, warm_log)
             cold = ChildInvoker(handler, env, workdir / "crashed-containers.log")
             invoker = chaos.invoker(warm, cold) if options.chaos else warm
-            self.ui.step("archiving through the local event source mapping" + (" with chaos" if options.chaos else ""))
-            delivery = self._archive(stream, bootstrap, expected, invoker, chaos).stats
-            epochs = None
-            if options.recreate_topic:
-                recreated, again, operator = self._recreate(stream, bootstrap, orders[len(first) :], invoker, chaos)
-                expected += recreated
-                delivery = delivery.plus(again.stats)
-                epochs = {"refused_invocations": operator.refused, "started": operator.epochs}
-            mark = self._lap("archive", mark)
+            fed = runner.feed(FeedContext(options, stream, orders, invoker, chaos, self.ui, self._lap))
+            expected = fed.expected
 
             self.ui.step("draining open buffers (every record into an S3 object)")
             drained = self._drain(stream, expected, cold, chaos if options.chaos else None)
-            mark = self._lap("drain", mark)
+            self._lap("drain")
 
             self.ui.step("running the sweeper: sweep every partition, reconcile, complete event hours")
             sweeper = run_sweeper(options.project_dir, warm_log)
-            mark = self._lap("sweeper", mark)
+            self._lap("sweeper")
 
             self.ui.step("reading the archive back from S3 and checking it")
             report = verify_archive(
@@ -328,25 +274,26 @@ class Demo:
             hours = {item.hour for item in expected if item.hour}
             hours |= run_hours(self._started_ms, time.time(), stream.event_time.timezone)
             ledger_only, s3_only = reconcile(aws, config, stream.name, hours)
-            mark = self._lap("verify", mark)
+            self._lap("verify")
 
             aggregation = None
-            if options.aggregate:
+            # Kafka runs the Spark job by default; Kinesis only when asked (--aggregate).
+            if options.aggregate if options.aggregate is not None else kind == KAFKA:
                 self.ui.step("aggregating the archive with PySpark (local[2]) into DynamoDB")
                 aggregation = run_demo_aggregation(aws, stream, expected)
-                self._lap("aggregate", mark)
+                self._lap("aggregate")
             self.timings["total"] = time.monotonic() - self._started
             return DemoResult(
                 options=options,
                 workdir=workdir,
                 stream=stream.name,
-                topic=topic,
-                bootstrap_servers=bootstrap,
+                topic=stream.source.topic,
+                bootstrap_servers=fed.location if kind == KAFKA else None,
                 endpoint=aws.endpoint,
                 verification=report,
-                mapping=delivery,
+                mapping=fed.delivery,
                 chaos=chaos.log if options.chaos else None,
-                epochs=epochs,
+                epochs=fed.epochs,
                 late_produced=sum(order.late for order in orders),
                 drained_objects=drained,
                 sweeper=sweeper,
@@ -355,74 +302,15 @@ class Demo:
                 s3_only=s3_only,
                 staging_left=sum(1 for _ in aws.staging_root.rglob("*.seg")),
                 timings_s=self.timings,
+                source=kind,
+                stream_arn=fed.location if kind == KINESIS else None,
+                shards=fed.shards,
             )
-
-    def _archive(
-        self,
-        stream: StreamConfig,
-        bootstrap: str,
-        expected: list[ExpectedRecord],
-        invoker: Invoker,
-        chaos: Chaos,
-    ) -> EventSourceMapping:
-        options, source = self.options, stream.source
-        ends: dict[int, int] = {}
-        for item in expected:
-            ends[item.partition] = max(ends.get(item.partition, 0), item.offset + 1)
-        limits = BatchLimits(
-            batch_size=options.batch_size or source.batch_size,
-            window_ms=(
-                options.batching_window_ms
-                if options.batching_window_ms is not None
-                else int(source.batching_window.total_seconds() * 1000)
-            ),
-        )
-        config = MappingConfig(
-            bootstrap_servers=bootstrap,
-            topic=source.topic,
-            group_id=f"tidemark-demo-{uuid.uuid4().hex[:8]}",
-            limits=limits,
-            # The workload is produced before the mapping starts, so it reads from the beginning
-            # whatever the stream's starting_position (LATEST would see nothing).
-            starting_position="TRIM_HORIZON",
-            event_source=EventSource(bootstrap, event_source_arn=source.cluster_arn)
-            if source.kind == "msk"
-            else EventSource(bootstrap, event_source="SelfManagedKafka"),
-        )
-        total = len(expected)
-        mapping = EventSourceMapping(
-            config,
-            invoker,
-            lose_commit=chaos.lose_commit if options.chaos else (lambda: False),
-            on_delivered=lambda _records, _result: self.ui.progress("archive", _done(mapping.committed, ends), total),
-        )
-
-        def caught_up() -> bool:
-            return all(mapping.committed.get(p, 0) >= end for p, end in ends.items())
-
-        with mapping:
-            mapping.run(caught_up)
-        self.ui.progress("archive", total, total)
-        return mapping
-
-    def _recreate(
-        self, stream: StreamConfig, bootstrap: str, orders: list[Order], invoker: Invoker, chaos: Chaos
-    ) -> tuple[list[ExpectedRecord], EventSourceMapping, EpochOperator]:
-        """Delete and create the topic (its offsets restart at 0), produce the rest of the orders,
-        and archive them with a fresh mapping. The archiver refuses the new log's first batch (a
-        position reset); the operator starts epoch 1 at offset 0 and the retry goes through."""
-        topic, partitions = stream.source.topic, self.options.partitions
-        self.ui.step(f"recreating {topic!r} mid-run: offsets restart at 0; an operator starts a new epoch")
-        recreate_topic(bootstrap, topic, partitions)
-        produced = produce(bootstrap, topic, iter(orders))
-        operator = EpochOperator(invoker, stream, list(range(partitions)), reason="demo: topic recreated mid-run")
-        mapping = self._archive(stream, bootstrap, produced, operator, chaos)
-        return [replace(item, epoch=1) for item in produced], mapping, operator
 
     def _drain(
         self, stream: StreamConfig, expected: list[ExpectedRecord], cold: ChildInvoker, chaos: Chaos | None
     ) -> int:
-        partitions = sorted({item.partition for item in expected})
+        partitions = sorted({item.partition for item in expected}, key=partition_sort_key)
         if chaos is not None:  # kill a drain at a flush-side point first; the next drain recovers
             for partition in partitions:
                 crash_at = chaos.arm(FLUSH_POINTS, max_nth=1)
@@ -455,11 +343,6 @@ def run_sweeper(project_dir: Path, log: IO[str]) -> dict[str, Any]:
         "reconcile": step("reconcile", listed),
         "completeness": step("complete_hours", listed),
     }
-
-
-def _done(committed: Mapping[int, int], ends: Mapping[int, int]) -> int:
-    """Records committed so far (offsets start at 0 on a fresh topic)."""
-    return sum(min(committed.get(p, 0), end) for p, end in ends.items())
 
 
 def run_hours(start_ms: int, end_s: float, timezone: str) -> set[str]:

@@ -20,8 +20,14 @@ from tidemark.embedded.aws import local_aws
 from tidemark.embedded.esm.invokers import InProcessInvoker, Invocation
 from tidemark.embedded.lambda_runtime import HandlerRef, patched_environ
 from tidemark.exceptions import MalformedEventError
-from tidemark.records.kafka import parse_kafka_event
+from tidemark.records.events import parse_event
+from tidemark.records.kinesis import is_kinesis_event
 from tidemark.runtime import Runtime
+
+#: the example configurations (relative to the working directory, like the CLI's paths): the
+#: MSK stream's, and the Kinesis stream's that ``events/kinesis-orders.json`` names
+KAFKA_CONFIG = Path("config/tidemark.yaml")
+KINESIS_CONFIG = Path("config/kinesis.yaml")
 
 
 @dataclass(frozen=True)
@@ -29,7 +35,7 @@ class InvokeOptions:
     project_dir: Path
     function: str
     event_path: Path
-    config_path: Path
+    config_path: Path | None  # None: the example config for the event's source kind (default_config)
     endpoint_url: str | None = None  # default: start moto for this invocation
     moto_port: int = 0
     workdir: Path | None = None  # holds the staging directory; default: a new temporary one
@@ -55,10 +61,16 @@ def read_event(path: Path) -> Any:
         raise MalformedEventError(f"{path}: not valid JSON ({exc})") from None
 
 
+def default_config(event: Any) -> Path:
+    """The example config matching the event: a Kinesis event's stream is not in the MSK one, and
+    the archiver refuses records of a stream no config names."""
+    return KINESIS_CONFIG if is_kinesis_event(event) else KAFKA_CONFIG
+
+
 def invoke_local(options: InvokeOptions, log: IO[str]) -> InvokeResult:
     handler = HandlerRef.for_function(options.project_dir, options.function).check()
     event = read_event(options.event_path)
-    config = load_config(options.config_path)
+    config = load_config(options.config_path or default_config(event))
     workdir = options.workdir or Path(tempfile.mkdtemp(prefix="tidemark-invoke-"))
     with contextlib.ExitStack() as stack:
         aws = stack.enter_context(
@@ -74,8 +86,8 @@ def invoke_local(options: InvokeOptions, log: IO[str]) -> InvokeResult:
         invocation = InProcessInvoker(handler, log, print_traceback=options.verbose).invoke(event)
         if invocation.ok and options.drain:
             runtime = Runtime.from_env()
-            for batch in parse_kafka_event(event):
-                stream = config.stream_for_topic(batch.topic)
+            for batch in parse_event(event):
+                stream = config.stream_for_topic(batch.topic, batch.kind)
                 if stream is not None:
                     runtime.writer(stream, batch.partition).drain()
         s3 = aws.s3()

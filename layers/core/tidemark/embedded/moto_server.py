@@ -13,11 +13,29 @@ For the sweeper's state machine test, ``--execute-state-machines`` makes moto's 
 interpreter run executions, and ``--lambda-proxy URL`` routes every Lambda invocation to
 ``URL/<function name>`` (an HTTP endpoint that runs the real handlers), since moto would
 otherwise need Docker to run a function.
+
+Kinesis resharding is made to behave like Kinesis (moto's SplitShard and MergeShards are
+incomplete), always:
+
+- New records go to the open shard whose hash key range holds the record's hash key (the MD5
+  of the partition key, or ExplicitHashKey). moto routed over every shard, closed ones included
+  (so after a split, records kept landing in the closed parent, listed first) and treated
+  EndingHashKey as exclusive (a key equal to it matched no shard and failed the put).
+- A closed parent keeps its records at their sequence numbers. moto's SplitShard re-put them
+  (back into the parent, renumbered, delivered again to any event source mapping); its
+  MergeShards copied them into the child, so they were read twice.
+- A child's sequence numbers are greater than every sequence number of its parents, as in
+  Kinesis: moto numbers each shard from 1, so a child's first record came out as 1.
+- GetRecords on a closed shard, once a read has reached its last record, returns ChildShards
+  and no NextShardIterator (moto's iterator never ended and it never returned ChildShards).
+- MergeShards refuses a shard already closed by a split or merge (moto merged it again).
+  SplitShard and MergeShards also keep OpenShardCount current.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import signal
 import subprocess
@@ -74,6 +92,114 @@ def _route_lambda_invocations(proxy: str) -> None:
     LambdaBackend.invoke = invoke  # type: ignore[method-assign]
 
 
+def _reshard_kinesis_like_kinesis() -> None:
+    """Patch moto's Kinesis models so SplitShard and MergeShards behave as Kinesis does."""
+    from moto.core.responses import ActionResult
+    from moto.kinesis.exceptions import InvalidArgumentError
+    from moto.kinesis.models import Record, Shard, Stream
+    from moto.kinesis.responses import KinesisResponse
+    from moto.kinesis.utils import decompose_shard_iterator
+
+    # A child's StartingSequenceNumber: one above its parents' last sequence numbers. A shard
+    # without it (one the stream was created with) keeps moto's numbering, from 1.
+    start_attribute = "_tidemark_starting_sequence_number"
+
+    def start(shard: Shard) -> int:
+        return int(getattr(shard, start_attribute, 0))
+
+    def get_max_sequence_number(self: Shard) -> int:
+        # The last record's, or a child's start while it has none: so the next record is numbered
+        # above the start, a closed empty child ends where it starts, and its children after that.
+        return max(next(reversed(self.records), 0), start(self))
+
+    def get_min_sequence_number(self: Shard) -> int:
+        return start(self) or next(iter(self.records), 0)
+
+    def put_record(self: Shard, partition_key: str, data: str, explicit_hash_key: str) -> str:
+        # As moto's, but numbered by get_max_sequence_number: moto numbers an empty shard's first record 1.
+        sequence_number = self.get_max_sequence_number() + 1
+        self.records[sequence_number] = Record(partition_key, data, sequence_number, explicit_hash_key)
+        return str(sequence_number)
+
+    def reshard(stream: Stream, parents: list[Shard], apply: Callable[[], None]) -> None:
+        """Run moto's split or merge with the parents' records set aside (so it neither re-puts
+        nor copies them), give them back, and number the new children above the parents."""
+        before = set(stream.shards)
+        kept = [parent.records for parent in parents]
+        empty: dict[int, Record] = {}
+        for parent in parents:
+            parent.records = empty
+        try:
+            apply()
+        finally:
+            for parent, records in zip(parents, kept, strict=True):
+                parent.records = records
+        end = max(parent.get_max_sequence_number() for parent in parents)  # their EndingSequenceNumber
+        for shard_id, shard in stream.shards.items():
+            if shard_id not in before:
+                setattr(shard, start_attribute, end + 1)
+        stream.shard_count = sum(shard.is_open for shard in stream.shards.values())
+
+    moto_split_shard = Stream.split_shard
+    moto_merge_shards = Stream.merge_shards
+    moto_get_shard_for_key = Stream.get_shard_for_key
+    moto_get_records = KinesisResponse.get_records
+
+    def split_shard(self: Stream, shard_to_split: str, new_starting_hash_key: str) -> None:
+        parent = self.shards[shard_to_split]
+        reshard(self, [parent], lambda: moto_split_shard(self, shard_to_split, new_starting_hash_key))
+
+    def merge_shards(self: Stream, shard_to_merge: str, adjacent_shard_to_merge: str) -> None:
+        parents = [self.shards[shard_to_merge], self.shards[adjacent_shard_to_merge]]
+        for parent in parents:
+            if not parent.is_open:
+                raise InvalidArgumentError(
+                    message=f"Shard {parent.shard_id} in stream {self.stream_name} under account {self.account_id} "
+                    "has already been merged or split, and thus is not eligible for merging or splitting."
+                )
+        reshard(self, parents, lambda: moto_merge_shards(self, shard_to_merge, adjacent_shard_to_merge))
+
+    def get_shard_for_key(self: Stream, partition_key: str, explicit_hash_key: str) -> Shard | None:
+        moto_get_shard_for_key(self, partition_key, explicit_hash_key)  # only for its argument checks
+        if explicit_hash_key:
+            key = int(explicit_hash_key)
+        else:
+            key = int(hashlib.md5(partition_key.encode("utf-8"), usedforsecurity=False).hexdigest(), 16)
+        return next(
+            (s for s in self.shards.values() if s.is_open and s.starting_hash <= key <= s.ending_hash),
+            None,
+        )
+
+    def get_records(self: KinesisResponse) -> ActionResult:
+        action = moto_get_records(self)
+        body = action.result
+        assert isinstance(body, dict)
+        stream_name, shard_id, position = decompose_shard_iterator(body["NextShardIterator"])
+        stream = self.kinesis_backend.describe_stream(self._get_param("StreamARN"), stream_name)
+        shard = stream.get_shard(shard_id)
+        # A closed shard takes no new records, so its end is reached once its last one is read.
+        if not shard.is_open and int(position) >= next(reversed(shard.records), 0):
+            body["NextShardIterator"] = None  # the serialiser omits it: null, as Kinesis sends
+            body["ChildShards"] = [
+                {
+                    "ShardId": child.shard_id,
+                    "ParentShards": [parent for parent in (child.parent, child.adjacent_parent) if parent],
+                    "HashKeyRange": child.to_json()["HashKeyRange"],
+                }
+                for child in stream.shards.values()
+                if shard.shard_id in (child.parent, child.adjacent_parent)
+            ]
+        return action
+
+    Shard.get_max_sequence_number = get_max_sequence_number  # type: ignore[method-assign]
+    Shard.get_min_sequence_number = get_min_sequence_number  # type: ignore[method-assign]
+    Shard.put_record = put_record  # type: ignore[method-assign]
+    Stream.split_shard = split_shard  # type: ignore[method-assign]
+    Stream.merge_shards = merge_shards  # type: ignore[method-assign]
+    Stream.get_shard_for_key = get_shard_for_key  # type: ignore[method-assign]
+    KinesisResponse.get_records = get_records  # type: ignore[method-assign]
+
+
 def _execute_state_machines() -> None:
     from moto.core.config import default_user_config
 
@@ -84,6 +210,7 @@ def serve(host: str, port: int, *, lambda_proxy: str | None = None, execute_stat
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
     from werkzeug.serving import make_server
 
+    _reshard_kinesis_like_kinesis()
     if lambda_proxy:
         _route_lambda_invocations(lambda_proxy)
     if execute_state_machines:

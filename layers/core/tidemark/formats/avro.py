@@ -1,6 +1,6 @@
-"""Apache Avro object container files (fastavro): one record per Kafka record, in offset order.
+"""Apache Avro object container files (fastavro): one record per source record, in position order.
 
-Writer schema, record ``tidemark.Envelope``::
+Writer schema (:mod:`tidemark.formats.avro_schema`), record ``tidemark.Envelope``, for Kafka::
 
     topic       string
     partition   int
@@ -14,6 +14,16 @@ Writer schema, record ``tidemark.Envelope``::
                                                       fields: string, long, double, boolean
                                                       (nullable ones ["null", T], default null)
     headers     array of tidemark.Header {key: string, value: string | bytes}
+
+and for Kinesis (the same record name; no headers field, Kinesis records have none)::
+
+    stream                          string
+    shard_id                        string      shardId-000000000007
+    sequence_number                 string      the decimal digits (up to 129: beyond a long)
+    approximate_arrival_timestamp   long, logicalType timestamp-millis (always set)
+    event_time                      long, logicalType timestamp-millis
+    partition_key                   ["null", string | bytes], default null   as Kafka's key
+    value                           as Kafka's value, tidemark.Value included
 
 Codecs: ``deflate`` (default, at the stream's ``gzip_level``), ``snappy``, ``zstandard`` (level
 :data:`ZSTD_LEVEL`, compressed with the ``zstandard`` package, registered with fastavro here:
@@ -147,6 +157,19 @@ def _typed_value(columns: tuple[ValueColumn, ...]) -> Callable[[bytes], dict[str
     return typed
 
 
+def _value_of(context: RenderContext) -> Callable[[bytes], Any]:
+    if context.value_schema:
+        return _typed_value(context.value_schema)
+    return _same if context.value_encoding == "bytes" else _text
+
+
+def _epoch_ms(stamp: Any) -> int:
+    """A ``timestamp-millis`` field (fastavro gives a datetime) or a plain long, as epoch ms."""
+    if isinstance(stamp, datetime):
+        return (stamp - _EPOCH) // _MILLISECOND
+    return int(stamp)
+
+
 class AvroFormat:
     content_type = "application/avro"
     extension = "avro"
@@ -175,47 +198,63 @@ class AvroFormat:
 
     @staticmethod
     def _records(frames: Iterable[Frame], context: RenderContext, counted: list[int]) -> Iterator[dict[str, Any]]:
-        topic, partition = context.topic, context.partition
+        names = context.envelope
+        text = names.position_is_text
+        topic, partition = context.topic, str(context.partition) if text else context.partition
         key_of = _text if context.key_encoding == "text" else _same
         header_of = _text if context.header_encoding == "text" else _same
-        value_of: Callable[[bytes], Any]
-        if context.value_schema:
-            value_of = _typed_value(context.value_schema)
-        else:
-            value_of = _same if context.value_encoding == "bytes" else _text
+        value_of = _value_of(context)
+        source, partition_name, position, stamp, key_name, headers_name = (
+            names.source,
+            names.partition,
+            names.position,
+            names.timestamp,
+            names.key,
+            names.headers,
+        )
         for kind, offset, timestamp, event_time, key, value, headers, _reason in frames:
             if kind == DEAD_LETTER:
                 raise ValueError(f"offset {offset}: dead letters are archived as JSON Lines only")
-            yield {
-                "topic": topic,
-                "partition": partition,
-                "offset": offset,
-                "timestamp": timestamp,
+            record = {
+                source: topic,
+                partition_name: partition,
+                position: str(offset) if text else offset,
+                stamp: timestamp,  # a long, or a timestamp-millis long (fastavro takes epoch ms)
                 "event_time": event_time,
-                "key": None if key is None else key_of(key),
+                key_name: None if key is None else key_of(key),
                 "value": value_of(value),
-                "headers": [{"key": name, "value": header_of(data)} for name, data in headers] if headers else [],
             }
+            if headers_name is not None:
+                record[headers_name] = (
+                    [{"key": name, "value": header_of(data)} for name, data in headers] if headers else []
+                )
+            elif headers:
+                raise ValueError(f"position {offset}: this source's envelope has no headers to keep them in")
+            yield record
             counted[0] += 1
 
     def read(self, body: bytes, context: RenderContext) -> Iterator[ArchivedEnvelope]:
         """Every record back: ``value`` the value's bytes (JSON text for json), or ``fields``
-        the typed fields of a declared value schema."""
+        the typed fields of a declared value schema; positions as ints, record timestamps as
+        epoch ms, ``()`` headers for a source without them."""
+        names = context.envelope
         for record in fastavro.reader(io.BytesIO(body)):
             assert isinstance(record, dict)
-            key, value, event_time = record["key"], record["value"], record["event_time"]
-            if isinstance(event_time, datetime):
-                event_time = (event_time - _EPOCH) // _MILLISECOND
-            headers = tuple(
-                (item["key"], item["value"].encode("utf-8") if isinstance(item["value"], str) else item["value"])
-                for item in record["headers"]
+            key, value = record[names.key], record["value"]
+            headers = (
+                ()
+                if names.headers is None
+                else tuple(
+                    (item["key"], item["value"].encode("utf-8") if isinstance(item["value"], str) else item["value"])
+                    for item in record[names.headers]
+                )
             )
             yield ArchivedEnvelope(
-                record["topic"],
-                record["partition"],
-                record["offset"],
-                record["timestamp"],
-                event_time,
+                record[names.source],
+                record[names.partition],
+                int(record[names.position]),
+                _epoch_ms(record[names.timestamp]),
+                _epoch_ms(record["event_time"]),
                 key.encode("utf-8") if isinstance(key, str) else key,
                 None if isinstance(value, dict) else value.encode("utf-8") if isinstance(value, str) else value,
                 headers,

@@ -1,12 +1,22 @@
 """The writer schema of Avro objects (``tidemark.formats.avro``), without fastavro: the Glue
 table's ``avro.schema.literal`` (``tidemark.catalog``) is this same schema, built at synth,
-where the formats layer's libraries need not be installed."""
+where the formats layer's libraries need not be installed.
+
+The record is ``tidemark.Envelope`` for every source kind (a table reads one stream, so the
+name needs to tell nothing apart); its fields are named and typed by the source kind's
+envelope (``RenderContext.envelope``): positions and partition ids are strings when
+``position_is_text`` (Kinesis: a sequence number overflows a long), the record timestamp a
+``timestamp-millis`` long when the source writes it as an instant (``timestamp_in_seconds``;
+Kafka's may be -1, a plain long), and there is a headers field when the source has headers.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from tidemark.formats.base import RenderContext, ValueColumn
+
+_TIMESTAMP = {"type": "long", "logicalType": "timestamp-millis"}
 
 
 def _string_or_bytes(encoding: str) -> str:
@@ -22,29 +32,27 @@ def avro_schema(context: RenderContext) -> dict[str, Any]:
         value = {"type": "record", "name": "Value", "fields": [_value_field(column) for column in context.value_schema]}
     else:
         value = _string_or_bytes(context.value_encoding)
-    header = {
-        "type": "record",
-        "name": "Header",
-        "fields": [
-            {"name": "key", "type": "string"},
-            {"name": "value", "type": _string_or_bytes(context.header_encoding)},
-        ],
-    }
-    return {
-        "type": "record",
-        "name": "Envelope",
-        "namespace": "tidemark",
-        "fields": [
-            {"name": "topic", "type": "string"},
-            {"name": "partition", "type": "int"},
-            {"name": "offset", "type": "long"},
-            {"name": "timestamp", "type": "long"},
-            {"name": "event_time", "type": {"type": "long", "logicalType": "timestamp-millis"}},
-            {"name": "key", "type": ["null", _string_or_bytes(context.key_encoding)], "default": None},
-            {"name": "value", "type": value},
-            {"name": "headers", "type": {"type": "array", "items": header}},
-        ],
-    }
+    names = context.envelope
+    fields: list[dict[str, Any]] = [
+        {"name": names.source, "type": "string"},
+        {"name": names.partition, "type": "string" if names.position_is_text else "int"},
+        {"name": names.position, "type": "string" if names.position_is_text else "long"},
+        {"name": names.timestamp, "type": dict(_TIMESTAMP) if names.timestamp_in_seconds else "long"},
+        {"name": "event_time", "type": dict(_TIMESTAMP)},
+        {"name": names.key, "type": ["null", _string_or_bytes(context.key_encoding)], "default": None},
+        {"name": "value", "type": value},
+    ]
+    if names.headers is not None:
+        header = {
+            "type": "record",
+            "name": "Header",
+            "fields": [
+                {"name": "key", "type": "string"},
+                {"name": "value", "type": _string_or_bytes(context.header_encoding)},
+            ],
+        }
+        fields.append({"name": names.headers, "type": {"type": "array", "items": header}})
+    return {"type": "record", "name": "Envelope", "namespace": "tidemark", "fields": fields}
 
 
 def _value_field(column: ValueColumn) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO, NamedTuple, Protocol
 
+from tidemark.sources import KAFKA, EnvelopeNames, PartitionId, shape_of
 from tidemark.staging.frames import Frame
 
 
@@ -31,14 +32,19 @@ class ValueColumn(NamedTuple):
 class RenderContext:
     """What a format needs besides the frames: the envelope fields that are not per record."""
 
-    topic: str
-    partition: int
+    topic: str  # the source log: a Kafka topic, a Kinesis stream's name
+    partition: PartitionId  # a Kafka partition, a Kinesis shard id
     key_encoding: str = "text"  # text | bytes
     value_encoding: str = "json"  # json | text | bytes
     header_encoding: str = "text"  # text | bytes
     value_schema: tuple[ValueColumn, ...] = ()  # parquet/avro: typed value columns (value_encoding json)
     columns: tuple[str, ...] = ()  # csv: envelope fields and value.<dotted path>, in order
     object_key: str = ""  # the key being written (Avro derives its sync marker from it)
+    source: str = KAFKA  # the source kind (tidemark.sources): what the envelope's fields are called
+
+    @property
+    def envelope(self) -> EnvelopeNames:
+        return shape_of(self.source).envelope
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +65,7 @@ class RenderSpec:
     header_encoding: str
     value_schema: str = ""  # ValueColumn encoding: "name:type[?],..."
     columns: str = ""  # csv columns, comma-separated
+    source: str = KAFKA  # the source kind (tidemark.sources): envelope names, position width in keys
 
     def encode(self) -> str:
         parts = [
@@ -70,17 +77,20 @@ class RenderSpec:
             self.value_encoding,
             self.header_encoding,
         ]
-        if self.value_schema or self.columns:  # specs of ledgers written before they existed stay as they were
+        if self.value_schema or self.columns or self.source != KAFKA:
+            # Specs of ledgers written before these existed stay exactly as they were.
             parts += [self.value_schema, self.columns]
+        if self.source != KAFKA:
+            parts.append(self.source)
         return "|".join(parts)
 
     @classmethod
     def decode(cls, text: str) -> RenderSpec:
         fmt, compression, level, topic, key, value, headers, *extra = text.split("|")
-        schema, columns = extra if extra else ("", "")
-        return cls(fmt, compression, int(level), topic, key, value, headers, schema, columns)
+        schema, columns, source = (*extra, KAFKA)[:3] if extra else ("", "", KAFKA)
+        return cls(fmt, compression, int(level), topic, key, value, headers, schema, columns, source)
 
-    def context(self, partition: int, object_key: str = "") -> RenderContext:
+    def context(self, partition: PartitionId, object_key: str = "") -> RenderContext:
         return RenderContext(
             self.topic,
             partition,
@@ -90,6 +100,7 @@ class RenderSpec:
             ValueColumn.parse_all(self.value_schema),
             tuple(filter(None, self.columns.split(","))),
             object_key,
+            self.source,
         )
 
 
@@ -101,9 +112,9 @@ class ArchivedEnvelope:
     original bytes otherwise); ``fields`` is set instead when the format stored typed columns
     (a declared value schema) or flattened value paths (csv)."""
 
-    topic: str | None
-    partition: int | None
-    offset: int | None
+    topic: str | None  # the source log (a Kafka topic, a Kinesis stream)
+    partition: PartitionId | None  # a Kafka partition, a Kinesis shard id
+    offset: int | None  # a Kafka offset, a Kinesis sequence number
     timestamp_ms: int | None
     event_time_ms: int | None
     key: bytes | None

@@ -1,6 +1,7 @@
-"""Binary records: every key, value and header byte exactly as Kafka held them.
+"""Binary records: every key, value and header byte exactly as the source held them.
 
-Layout, every integer big-endian (network order)::
+Layout, every integer big-endian (network order). Version 1, for sources whose positions are
+numbers (Kafka: a partition number and 64-bit offsets)::
 
     file    := magic "TMRB" | version u16 (= 1) | partition i32 | topic_len u16 | topic (UTF-8)
                | record*
@@ -10,14 +11,33 @@ Layout, every integer big-endian (network order)::
                | header_count u32 | header*
     header  := name_len u32 | name (UTF-8) | value_len u32 | value
 
-``timestamp`` is the Kafka record timestamp (epoch ms, -1 when unset), ``event_time`` the
-event time the record was filed under (epoch ms). Records follow each other in offset order up
-to the end of the (decompressed) object; there is no index or trailer. Compression ``gzip``
-(default), ``zstd`` or ``none`` around the whole layout.
+Version 2, for sources whose positions are written as text (``EnvelopeNames.position_is_text``,
+Kinesis: a shard id such as ``shardId-000000000007`` and sequence numbers of up to 129
+decimal digits, far beyond 64 bits). It differs from version 1 in exactly two places: the
+partition is a length-prefixed string, and each record's position is its decimal digits,
+length-prefixed::
+
+    file    := magic "TMRB" | version u16 (= 2) | partition_len u16 | partition (UTF-8)
+               | topic_len u16 | topic (UTF-8) | record*
+    record  := position_len u8 | position (ASCII decimal digits) | timestamp i64 | event_time i64
+               | key_len i32 (-1 = null key) | key
+               | value_len u32 | value
+               | header_count u32 | header*
+
+``topic`` is the source log (a Kafka topic, a Kinesis stream's name), ``partition`` a Kafka
+partition or a Kinesis shard id, a position a Kafka offset or a Kinesis sequence number.
+``timestamp`` is the source's record timestamp (Kafka: epoch ms, -1 when unset; Kinesis: the
+approximate arrival timestamp, epoch ms), ``event_time`` the event time the record was filed
+under (epoch ms). Kinesis records have no headers: their ``header_count`` is always 0. Records
+follow each other in position order up to the end of the (decompressed) object; there is no
+index or trailer. Compression ``gzip`` (default), ``zstd`` or ``none`` around the whole
+layout. An object says its version, so it reads back without knowing its source kind; Kafka's
+objects are version 1, byte for byte as before version 2 existed.
 
 Reading it needs nothing but ``struct``::
 
-    magic, version, partition, topic_len = struct.unpack_from(">4sHiH", data, 0)
+    magic, version = struct.unpack_from(">4sH", data, 0)
+    partition, topic_len = struct.unpack_from(">iH", data, 6)  # version 1
 """
 
 from __future__ import annotations
@@ -28,18 +48,26 @@ from typing import BinaryIO
 
 from tidemark.formats.base import ArchivedEnvelope, RenderContext
 from tidemark.formats.compression import chunked, compressed, decompress, extension
+from tidemark.sources import PartitionId
 from tidemark.staging.frames import Frame
 
 MAGIC = b"TMRB"
-VERSION = 1
+VERSION = 1  # numeric positions (Kafka)
+TEXT_POSITIONS_VERSION = 2  # positions and partition ids as text (Kinesis)
+VERSIONS = (VERSION, TEXT_POSITIONS_VERSION)
 FILE_HEADER = struct.Struct(">4sHiH")  # magic, version, partition, topic length
+FILE_HEADER_2 = struct.Struct(">4sHH")  # magic, version, partition length (then partition, topic)
 RECORD_HEAD = struct.Struct(">qqqi")  # offset, timestamp, event_time, key length (-1 = null)
+RECORD_TAIL_2 = struct.Struct(">qqi")  # after the position: timestamp, event_time, key length
+U8 = struct.Struct(">B")
+U16 = struct.Struct(">H")
 U32 = struct.Struct(">I")
 CHUNK_ROWS = 512
 CHUNK_BYTES = 4 * 1024 * 1024
 
 
 def encode_record(frame: Frame) -> bytes:
+    """A version 1 record (a 64-bit offset)."""
     key = frame.key
     parts = [
         RECORD_HEAD.pack(frame.offset, frame.timestamp_ms, frame.event_time_ms, -1 if key is None else len(key)),
@@ -54,6 +82,36 @@ def encode_record(frame: Frame) -> bytes:
     return b"".join(parts)
 
 
+def encode_record_2(frame: Frame) -> bytes:
+    """A version 2 record (the position's decimal digits)."""
+    if frame.offset < 0:
+        raise ValueError(f"position {frame.offset}: a text position is a non-negative integer")
+    digits = b"%d" % frame.offset
+    if len(digits) > 255:
+        raise ValueError(f"position {frame.offset}: more than 255 digits")
+    key = frame.key
+    parts = [
+        U8.pack(len(digits)),
+        digits,
+        RECORD_TAIL_2.pack(frame.timestamp_ms, frame.event_time_ms, -1 if key is None else len(key)),
+        key or b"",
+        U32.pack(len(frame.value)),
+        frame.value,
+        U32.pack(len(frame.headers)),
+    ]
+    for name, data in frame.headers:
+        name_bytes = name.encode("utf-8")
+        parts += [U32.pack(len(name_bytes)), name_bytes, U32.pack(len(data)), data]
+    return b"".join(parts)
+
+
+def _short_string(text: str, what: str) -> bytes:
+    data = text.encode("utf-8")
+    if len(data) > 0xFFFF:
+        raise ValueError(f"{what} is longer than 65535 bytes")
+    return U16.pack(len(data)) + data
+
+
 class BytesFormat:
     content_type = "application/octet-stream"
 
@@ -64,31 +122,65 @@ class BytesFormat:
 
     def write(self, frames: Iterable[Frame], context: RenderContext, out: BinaryIO) -> int:
         topic = context.topic.encode("utf-8")
+        if context.envelope.position_is_text:
+            header = (
+                MAGIC
+                + U16.pack(TEXT_POSITIONS_VERSION)
+                + _short_string(str(context.partition), "the partition id")
+                + _short_string(context.topic, "the source name")
+            )
+            encode = encode_record_2
+        else:
+            header = FILE_HEADER.pack(MAGIC, VERSION, context.partition, len(topic)) + topic
+            encode = encode_record
         count = 0
         with compressed(out, self.compression, self.gzip_level) as sink:
-            sink.write(FILE_HEADER.pack(MAGIC, VERSION, context.partition, len(topic)) + topic)
+            sink.write(header)
             for chunk in chunked(frames, CHUNK_ROWS, CHUNK_BYTES):
-                sink.write(b"".join([encode_record(frame) for frame in chunk]))
+                sink.write(b"".join([encode(frame) for frame in chunk]))
                 count += len(chunk)
         return count
 
     def read(self, body: bytes, context: RenderContext) -> Iterator[ArchivedEnvelope]:
-        """Every record back, all of it."""
+        """Every record back, all of it: the object's version says how (``context`` is not
+        needed)."""
         data = decompress(body, self.compression)
         try:
-            magic, version, partition, topic_len = FILE_HEADER.unpack_from(data, 0)
+            magic, version = struct.unpack_from(">4sH", data, 0)
         except struct.error:
             raise ValueError("not a tidemark bytes object (too short)") from None
-        if magic != MAGIC or version != VERSION:
+        if magic != MAGIC or version not in VERSIONS:
             raise ValueError(f"not a tidemark bytes object (magic {magic!r}, version {version})")
-        pos = FILE_HEADER.size
-        topic = data[pos : pos + topic_len].decode("utf-8")
-        pos += topic_len
-        end = len(data)
+        pos = 6
         try:
+            partition: PartitionId
+            if version == VERSION:
+                partition, topic_len = struct.unpack_from(">iH", data, pos)
+                pos += 6
+            else:
+                (partition_len,) = U16.unpack_from(data, pos)
+                partition = data[pos + 2 : pos + 2 + partition_len].decode("utf-8")
+                pos += 2 + partition_len
+                (topic_len,) = U16.unpack_from(data, pos)
+                pos += 2
+            if pos + topic_len > len(data):
+                raise struct.error("the file header runs past the end")
+            topic = data[pos : pos + topic_len].decode("utf-8")
+            pos += topic_len
+            end = len(data)
             while pos < end:
-                offset, timestamp, event_time, key_len = RECORD_HEAD.unpack_from(data, pos)
-                pos += RECORD_HEAD.size
+                if version == VERSION:
+                    offset, timestamp, event_time, key_len = RECORD_HEAD.unpack_from(data, pos)
+                    pos += RECORD_HEAD.size
+                else:
+                    (digits,) = U8.unpack_from(data, pos)
+                    text = data[pos + 1 : pos + 1 + digits]
+                    if len(text) != digits or not text.isdigit():
+                        raise struct.error(f"bad position digits {text!r}")
+                    offset = int(text)
+                    pos += 1 + digits
+                    timestamp, event_time, key_len = RECORD_TAIL_2.unpack_from(data, pos)
+                    pos += RECORD_TAIL_2.size
                 key = None
                 if key_len >= 0:
                     key = data[pos : pos + key_len]

@@ -1,21 +1,31 @@
 """CSV (pyarrow's writer): a header row, then one row per record, in offset order.
 
-Columns are the stream's ``format.columns`` or, when none are set, every envelope field
-(``topic, partition, offset, timestamp, event_time, key, value, headers``). Cells:
+Columns are the stream's ``format.columns`` or, when none are set, every envelope field of the
+source kind (``RenderContext.envelope.columns``): for Kafka ``topic, partition, offset,
+timestamp, event_time, key, value, headers``, for Kinesis ``stream, shard_id,
+sequence_number, approximate_arrival_timestamp, event_time, partition_key, value`` (Kinesis
+records have no headers). Cells:
 
-=================== =======================================================================
-``topic``           the topic
-``partition``       the partition number
-``offset``          the offset
-``timestamp``       Kafka record timestamp, epoch ms (-1 when unset)
-``event_time``      ISO-8601 UTC with milliseconds, ``2026-11-21T07:12:33.123Z``
-``key``             the key (text), base64 for key_encoding bytes; empty when null
-``value``           the value as text: the JSON text (json) or the text (text); base64 for bytes
-``headers``         JSON ``[{"key": .., "value": ..}]``, values base64 for header_encoding bytes
-``value.<path>``    the field at that dotted path of the JSON value: strings as they are,
-                    numbers and booleans as their JSON text, objects and arrays as JSON text;
-                    empty when missing or null
-=================== =======================================================================
+=================================== =======================================================
+``topic`` / ``stream``              the topic / the stream's name
+``partition`` / ``shard_id``        the partition number / the shard id
+``offset`` / ``sequence_number``    the offset / the sequence number, its decimal digits
+``timestamp``                       Kafka record timestamp, epoch ms (-1 when unset)
+``approximate_arrival_timestamp``   Kinesis arrival time, epoch seconds with exactly three
+                                    decimals, ``1732406400.123`` (as in JSON Lines)
+``event_time``                      ISO-8601 UTC with milliseconds, ``2026-11-21T07:12:33.123Z``
+``key`` / ``partition_key``         the key (text), base64 for key_encoding bytes; empty when null
+``value``                           the value as text: the JSON text (json) or the text (text);
+                                    base64 for bytes
+``headers``                         JSON ``[{"key": .., "value": ..}]``, values base64 for
+                                    header_encoding bytes
+``value.<path>``                    the field at that dotted path of the JSON value: strings as
+                                    they are, numbers and booleans as their JSON text, objects
+                                    and arrays as JSON text; empty when missing or null
+=================================== =======================================================
+
+Each column is mapped to the record by the envelope's names, so a column of another source
+kind's envelope (``offset`` in a Kinesis stream's object) is refused as unknown.
 
 Every column is written as a string, so the header and the cells never depend on type
 inference. Quoting is pyarrow's ``needed`` style (RFC 4180): every non-null cell is quoted,
@@ -39,11 +49,10 @@ import orjson
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from tidemark.config.model import ENVELOPE_COLUMNS
 from tidemark.eventtime import iso_utc
 from tidemark.formats.base import ArchivedEnvelope, RenderContext
 from tidemark.formats.compression import chunked, compressed, decompress, extension
-from tidemark.formats.jsonl import DECODE_STRING, ENCODE_STRING, ms_of_iso
+from tidemark.formats.jsonl import DECODE_STRING, ENCODE_STRING, ms_of_iso, ms_of_seconds, seconds_text
 from tidemark.staging.frames import Frame
 from tidemark.valuepath import cell
 
@@ -51,7 +60,6 @@ CHUNK_ROWS = 16_384
 CHUNK_BYTES = 16 * 1024 * 1024
 # Lines end in "\n", pyarrow's default: the Lambda layer's pyarrow 20 has no ``eol`` option.
 _WRITE_OPTIONS: dict[str, Any] = {"delimiter": ",", "quoting_style": "needed"}
-_INTS = ("partition", "offset", "timestamp")
 
 
 class CsvFormat:
@@ -63,7 +71,7 @@ class CsvFormat:
         self.gzip_level = gzip_level
 
     def write(self, frames: Iterable[Frame], context: RenderContext, out: BinaryIO) -> int:
-        columns = context.columns or ENVELOPE_COLUMNS
+        columns = context.columns or context.envelope.columns
         schema = pa.schema([pa.field(name, pa.string()) for name in columns])
         count = 0
         with compressed(out, self.compression, self.gzip_level) as sink:
@@ -75,9 +83,12 @@ class CsvFormat:
         return count
 
     def read(self, body: bytes, context: RenderContext) -> Iterator[ArchivedEnvelope]:
-        """Every row back: envelope columns mapped to the envelope (ints, event time from
-        ISO-8601, key, value and headers to bytes), ``value.<path>`` columns into ``fields``
-        keyed by the path (``None`` for an empty cell)."""
+        """Every row back: envelope columns mapped to the envelope (positions to ints, Kafka
+        partitions to ints, record timestamps to epoch ms, event time from ISO-8601, key, value
+        and headers to bytes), ``value.<path>`` columns into ``fields`` keyed by the path
+        (``None`` for an empty cell). A column not in the object reads back ``None``, headers
+        ``()`` for a source without them."""
+        names = context.envelope
         table = read_table(decompress(body, self.compression))
         cells = {name: table.column(name).to_pylist() for name in table.column_names}
         paths = [name for name in table.column_names if name.startswith("value.")]
@@ -94,12 +105,14 @@ class CsvFormat:
             return tuple((item["key"], header_of(item["value"])) for item in orjson.loads(cell))
 
         rows = zip(
-            column("topic", str),
-            *(column(name, int) for name in _INTS),
+            column(names.source, str),
+            column(names.partition, str if names.position_is_text else int),
+            column(names.position, int),
+            column(names.timestamp, ms_of_seconds if names.timestamp_in_seconds else int),
             column("event_time", ms_of_iso),
-            column("key", key_of),
+            column(names.key, key_of),
             column("value", value_of),
-            column("headers", headers_of),
+            [()] * table.num_rows if names.headers is None else column(names.headers, headers_of),
             strict=True,
         )
         for index, (topic, partition, offset, timestamp, event_time, key, value, headers) in enumerate(rows):
@@ -127,23 +140,32 @@ def _table(chunk: list[Frame], context: RenderContext, columns: Sequence[str], s
     if context.value_encoding == "json" and any(name.startswith("value.") for name in columns):
         loads = orjson.loads
         parsed = [loads(value) for value in values]
+    names = context.envelope
+    if names.headers is None and any(headers):
+        raise ValueError("this source's envelope has no headers to keep them in")
     arrays: list[pa.Array] = []
     for name in columns:
-        if name == "topic":
+        if name == names.source:
             arrays.append(pa.repeat(pa.scalar(context.topic, pa.string()), n))
-        elif name == "partition":
+        elif name == names.partition:
             arrays.append(pa.repeat(pa.scalar(str(context.partition), pa.string()), n))
-        elif name == "offset":
-            arrays.append(pa.array(offsets, pa.int64()).cast(pa.string()))
-        elif name == "timestamp":
-            arrays.append(pa.array(timestamps, pa.int64()).cast(pa.string()))
+        elif name == names.position:
+            if names.position_is_text:  # beyond int64: Python's digits
+                arrays.append(pa.array([str(offset) for offset in offsets], pa.string()))
+            else:
+                arrays.append(pa.array(offsets, pa.int64()).cast(pa.string()))
+        elif name == names.timestamp:
+            if names.timestamp_in_seconds:
+                arrays.append(pa.array([seconds_text(ms) for ms in timestamps], pa.string()))
+            else:
+                arrays.append(pa.array(timestamps, pa.int64()).cast(pa.string()))
         elif name == "event_time":
             arrays.append(pa.array([iso_utc(ms) for ms in event_times], pa.string()))
-        elif name == "key":
+        elif name == names.key:
             arrays.append(_strings(context.key_encoding, keys))
         elif name == "value":
             arrays.append(_strings("bytes" if context.value_encoding == "bytes" else "text", values))
-        elif name == "headers":
+        elif name == names.headers:
             encode = ENCODE_STRING[context.header_encoding]
             dumps = orjson.dumps
             arrays.append(

@@ -1,6 +1,7 @@
 """Apache Parquet (pyarrow): one row per record, in offset order.
 
-Schema (every column required unless marked nullable)::
+The columns are named by the source kind (``RenderContext.envelope``, :mod:`tidemark.sources`).
+Kafka schema (every column required unless marked nullable)::
 
     topic       string
     partition   int32
@@ -14,6 +15,23 @@ Schema (every column required unless marked nullable)::
                                             int64 (long), double, bool (boolean); nullable
                                             fields nullable, a missing field null
     headers     list<element: struct<key: string, value: string | binary>>, [] when none
+
+Kinesis schema (no headers column: Kinesis records have none)::
+
+    stream                          string
+    shard_id                        string      shardId-000000000007
+    sequence_number                 string      the decimal digits (up to 129: beyond int64 and
+                                                Spark's 38-digit decimals, so never a number)
+    approximate_arrival_timestamp   timestamp[ms, tz=UTC]   always set, so a timestamp (Kafka's
+                                                            ``timestamp`` may be -1: an int64)
+    event_time                      timestamp[ms, tz=UTC]
+    partition_key                   string | binary, nullable   as Kafka's ``key``
+    value                           as Kafka's ``value``, typed value columns included
+
+What decides the types is the envelope, not the source's name: positions and partition ids
+are strings when ``position_is_text``, the record timestamp a timestamp when the source writes
+it as an instant (``timestamp_in_seconds``), and there is a headers column when the source has
+headers.
 
 Codecs: ``snappy`` (default), ``zstd`` (level :data:`ZSTD_LEVEL`), ``gzip`` (the stream's
 ``gzip_level``), ``none``. Every writer setting that shapes the bytes is pinned here, so the
@@ -43,6 +61,7 @@ import pyarrow.parquet as pq
 
 from tidemark.formats.base import ArchivedEnvelope, RenderContext, ValueColumn
 from tidemark.formats.compression import ZSTD_LEVEL, PositionedSink, chunked
+from tidemark.sources import KAFKA_SHAPE, EnvelopeNames
 from tidemark.staging.frames import Frame
 
 CODECS = ("snappy", "zstd", "gzip", "none")
@@ -52,6 +71,7 @@ DATA_PAGE_SIZE = 1024 * 1024
 FORMAT_VERSION = "2.6"
 
 _VALUE_TYPES = {"string": pa.string(), "long": pa.int64(), "double": pa.float64(), "boolean": pa.bool_()}
+_TIMESTAMP = pa.timestamp("ms", tz="UTC")
 
 
 def _string_or_binary(encoding: str) -> pa.DataType:
@@ -66,31 +86,34 @@ def arrow_schema(context: RenderContext) -> pa.Schema:
         value = pa.struct([pa.field(c.name, _VALUE_TYPES[c.type], nullable=c.nullable) for c in context.value_schema])
     else:
         value = _string_or_binary(context.value_encoding)
-    header = pa.struct(
-        [
-            pa.field("key", pa.string(), nullable=False),
-            pa.field("value", _string_or_binary(context.header_encoding), nullable=False),
-        ]
-    )
-    return pa.schema(
-        [
-            pa.field("topic", pa.string(), nullable=False),
-            pa.field("partition", pa.int32(), nullable=False),
-            pa.field("offset", pa.int64(), nullable=False),
-            pa.field("timestamp", pa.int64(), nullable=False),
-            pa.field("event_time", pa.timestamp("ms", tz="UTC"), nullable=False),
-            pa.field("key", _string_or_binary(context.key_encoding), nullable=True),
-            pa.field("value", value, nullable=False),
-            pa.field("headers", pa.list_(pa.field("element", header, nullable=False)), nullable=False),
-        ]
-    )
+    names = context.envelope
+    fields = [
+        pa.field(names.source, pa.string(), nullable=False),
+        pa.field(names.partition, pa.string() if names.position_is_text else pa.int32(), nullable=False),
+        pa.field(names.position, pa.string() if names.position_is_text else pa.int64(), nullable=False),
+        pa.field(names.timestamp, _TIMESTAMP if names.timestamp_in_seconds else pa.int64(), nullable=False),
+        pa.field("event_time", _TIMESTAMP, nullable=False),
+        pa.field(names.key, _string_or_binary(context.key_encoding), nullable=True),
+        pa.field("value", value, nullable=False),
+    ]
+    if names.headers is not None:
+        header = pa.struct(
+            [
+                pa.field("key", pa.string(), nullable=False),
+                pa.field("value", _string_or_binary(context.header_encoding), nullable=False),
+            ]
+        )
+        fields.append(pa.field(names.headers, pa.list_(pa.field("element", header, nullable=False)), nullable=False))
+    return pa.schema(fields)
 
 
-def dictionary_columns(schema: pa.Schema) -> list[str]:
-    """The columns written with dictionary encoding: the ones that repeat (topic, partition,
-    keys, header names and values, typed string fields), not the unique ones
-    (offsets, times, whole values), where a dictionary only costs time and space."""
-    columns = ["topic", "partition", "key", "headers.list.element.key", "headers.list.element.value"]
+def dictionary_columns(schema: pa.Schema, names: EnvelopeNames = KAFKA_SHAPE.envelope) -> list[str]:
+    """The columns written with dictionary encoding: the ones that repeat (topic or stream,
+    partition or shard, keys, header names and values, typed string fields), not the unique
+    ones (positions, times, whole values), where a dictionary only costs time and space."""
+    columns = [names.source, names.partition, names.key]
+    if names.headers is not None:
+        columns += [f"{names.headers}.list.element.key", f"{names.headers}.list.element.value"]
     value_type = schema.field("value").type
     if pa.types.is_struct(value_type):
         columns += [f"value.{field.name}" for field in value_type if pa.types.is_string(field.type)]
@@ -122,13 +145,13 @@ class ParquetFormat:
         self.compression = compression
         self.gzip_level = gzip_level
 
-    def _writer_options(self, schema: pa.Schema) -> dict[str, Any]:
+    def _writer_options(self, schema: pa.Schema, names: EnvelopeNames) -> dict[str, Any]:
         level = {"zstd": ZSTD_LEVEL, "gzip": self.gzip_level}.get(self.compression)
         return {
             "compression": self.compression,
             "compression_level": level,
             "version": FORMAT_VERSION,
-            "use_dictionary": dictionary_columns(schema),
+            "use_dictionary": dictionary_columns(schema, names),
             "write_statistics": True,
             "data_page_size": DATA_PAGE_SIZE,
             "data_page_version": "1.0",
@@ -143,7 +166,7 @@ class ParquetFormat:
         schema = arrow_schema(context)
         count = 0
         sink = PositionedSink(out)
-        with pq.ParquetWriter(sink, schema, **self._writer_options(schema)) as writer:
+        with pq.ParquetWriter(sink, schema, **self._writer_options(schema, context.envelope)) as writer:
             for chunk in chunked(frames, ROW_GROUP_ROWS, ROW_GROUP_BYTES):
                 writer.write_table(self._table(chunk, context, schema), row_group_size=ROW_GROUP_ROWS)
                 count += len(chunk)
@@ -162,38 +185,51 @@ class ParquetFormat:
             )
         else:
             value = _byte_strings(values, schema.field("value").type)
-        header_type = schema.field("headers").type
-        if any(headers):
-            names = [name for items in headers if items for name, _ in items]
-            data = [data for items in headers if items for _, data in items]
-            element = header_type.value_type
-            entries = pa.StructArray.from_arrays(
-                [pa.array(names, pa.string()), _byte_strings(data, element.field("value").type)], fields=list(element)
-            )
-            ends = pa.array(list(accumulate(map(len, headers), initial=0)), pa.int32())
+        envelope = context.envelope
+        if envelope.position_is_text:
+            partition = pa.repeat(pa.scalar(str(context.partition), pa.string()), n)
+            positions = pa.array([str(offset) for offset in offsets], pa.string())
         else:
-            entries = pa.array([], type=header_type.value_type)
-            ends = pa.repeat(pa.scalar(0, pa.int32()), n + 1)
-        return pa.Table.from_arrays(
-            [
-                pa.repeat(pa.scalar(context.topic, pa.string()), n),
-                pa.repeat(pa.scalar(context.partition, pa.int32()), n),
-                pa.array(offsets, pa.int64()),
-                pa.array(timestamps, pa.int64()),
-                pa.array(event_times, pa.int64()).view(pa.timestamp("ms", tz="UTC")),
-                _byte_strings(keys, schema.field("key").type),
-                value,
-                pa.ListArray.from_arrays(ends, entries, type=header_type),
-            ],
-            schema=schema,
-        )
+            partition = pa.repeat(pa.scalar(context.partition, pa.int32()), n)
+            positions = pa.array(offsets, pa.int64())
+        stamps = pa.array(timestamps, pa.int64())
+        columns = [
+            pa.repeat(pa.scalar(context.topic, pa.string()), n),
+            partition,
+            positions,
+            stamps.view(_TIMESTAMP) if envelope.timestamp_in_seconds else stamps,
+            pa.array(event_times, pa.int64()).view(_TIMESTAMP),
+            _byte_strings(keys, schema.field(envelope.key).type),
+            value,
+        ]
+        if envelope.headers is not None:
+            columns.append(_headers(headers, schema.field(envelope.headers).type, n))
+        elif any(headers):
+            raise ValueError("this source's envelope has no headers to keep them in")
+        return pa.Table.from_arrays(columns, schema=schema)
 
     def read(self, body: bytes, context: RenderContext) -> Iterator[ArchivedEnvelope]:
         """Every row back: ``value`` the value's bytes (JSON text for json), or ``fields`` the
-        typed columns of a declared value schema."""
+        typed columns of a declared value schema; positions as ints, record timestamps as epoch
+        ms, ``()`` headers for a source without them."""
         parquet = pq.ParquetFile(io.BytesIO(body))
         for batch in parquet.iter_batches(batch_size=ROW_GROUP_ROWS):
-            yield from _envelopes(batch)
+            yield from _envelopes(batch, context.envelope)
+
+
+def _headers(headers: Sequence[tuple[tuple[str, bytes], ...]], header_type: pa.DataType, n: int) -> pa.Array:
+    if any(headers):
+        names = [name for items in headers if items for name, _ in items]
+        data = [data for items in headers if items for _, data in items]
+        element = header_type.value_type
+        entries = pa.StructArray.from_arrays(
+            [pa.array(names, pa.string()), _byte_strings(data, element.field("value").type)], fields=list(element)
+        )
+        ends = pa.array(list(accumulate(map(len, headers), initial=0)), pa.int32())
+    else:
+        entries = pa.array([], type=header_type.value_type)
+        ends = pa.repeat(pa.scalar(0, pa.int32()), n + 1)
+    return pa.ListArray.from_arrays(ends, entries, type=header_type)
 
 
 def _byte_strings(items: Sequence[bytes | None], type_: pa.DataType) -> pa.Array:
@@ -211,24 +247,34 @@ def _to_bytes(items: list[Any]) -> list[bytes | None]:
     return [_as_bytes(item) for item in items]
 
 
-def _envelopes(batch: Any) -> Iterator[ArchivedEnvelope]:
-    """Rows of an Arrow record batch in the envelope schema (Parquet and Avro readers)."""
-    column = batch.column
-    event_times = column(batch.schema.get_field_index("event_time")).cast(pa.int64()).to_pylist()
-    values = column(batch.schema.get_field_index("value"))
+def _envelopes(batch: Any, names: EnvelopeNames) -> Iterator[ArchivedEnvelope]:
+    """Rows of an Arrow record batch in the envelope schema of ``names``."""
+
+    def column(name: str) -> Any:
+        return batch.column(batch.schema.get_field_index(name))
+
+    def epoch_ms(name: str) -> list[Any]:
+        items = column(name)
+        found: list[Any] = (items.cast(pa.int64()) if pa.types.is_timestamp(items.type) else items).to_pylist()
+        return found
+
+    values = column("value")
     typed = pa.types.is_struct(values.type)
     value_items: list[Any] = values.to_pylist() if typed else _to_bytes(values.to_pylist())
-    headers = [
-        tuple((item["key"], _as_bytes(item["value"])) for item in row)
-        for row in column(batch.schema.get_field_index("headers")).to_pylist()
-    ]
+    if names.headers is None:
+        headers: list[tuple[tuple[str, bytes], ...]] = [()] * batch.num_rows
+    else:
+        headers = [
+            tuple((item["key"], _as_bytes(item["value"])) for item in row) for row in column(names.headers).to_pylist()
+        ]
+    positions = column(names.position).to_pylist()
     rows = zip(
-        column(batch.schema.get_field_index("topic")).to_pylist(),
-        column(batch.schema.get_field_index("partition")).to_pylist(),
-        column(batch.schema.get_field_index("offset")).to_pylist(),
-        column(batch.schema.get_field_index("timestamp")).to_pylist(),
-        event_times,
-        _to_bytes(column(batch.schema.get_field_index("key")).to_pylist()),
+        column(names.source).to_pylist(),
+        column(names.partition).to_pylist(),
+        [int(position) for position in positions] if names.position_is_text else positions,
+        epoch_ms(names.timestamp),
+        epoch_ms("event_time"),
+        _to_bytes(column(names.key).to_pylist()),
         value_items,
         headers,
         strict=True,

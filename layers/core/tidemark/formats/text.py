@@ -4,7 +4,9 @@ A line holds a json value with its raw line breaks blanked to spaces (insignific
 whitespace in valid JSON, so every token stays as produced, as in JSON Lines), a text value as
 it is (values with a line break are dead-lettered when routed; one that arrives here raises
 ``ValueError``), or a bytes value in base64. Nothing else is kept: no key, headers, offset or
-timestamps (the archive checker matches text lines to what was produced by value).
+timestamps (the archive checker matches text lines to what was produced by value). There is
+no envelope, so every source kind's objects are alike: a Kinesis stream's lines are its
+records' data exactly as a Kafka topic's are its values.
 
 Compression ``gzip`` (default), ``zstd`` or ``none``.
 """

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 
 from tidemark.exceptions import LedgerItemTooLargeError
 from tidemark.ledger.model import CommittedObject, EpochStart, HourMark, PartitionState
+from tidemark.sources import PartitionId
 
 # DynamoDB refuses items over 400 KB; nothing that large is ever sent (the writer keeps its own,
 # lower budget: ``archive.ledger_item_budget``).
@@ -14,7 +15,7 @@ MAX_ITEM_BYTES = 400 * 1024
 
 
 class Ledger(ABC):
-    def load(self, stream: str, partition: int) -> PartitionState:
+    def load(self, stream: str, partition: PartitionId) -> PartitionState:
         """The partition's current state (a strongly consistent read)."""
         state = self._get_state(stream, partition)
         return state if state is not None else PartitionState(stream=stream, partition=partition)
@@ -36,7 +37,7 @@ class Ledger(ABC):
         self._put_state_and_epoch(new, previous.version, record)
         return new
 
-    def epochs(self, stream: str, partition: int) -> list[EpochStart]:
+    def epochs(self, stream: str, partition: PartitionId) -> list[EpochStart]:
         """Every epoch start of the partition, oldest first (epoch 0 has no record)."""
         return self._query_epochs(stream, partition)
 
@@ -67,11 +68,11 @@ class Ledger(ABC):
         """Objects committed for one event hour of a stream (raw and dead-letter)."""
         return self._query_objects(stream, hour)
 
-    def partitions(self, stream: str) -> set[int]:
+    def partitions(self, stream: str) -> set[PartitionId]:
         """Partitions of the stream the sweeper has ever seen staging for."""
         return self._get_partitions(stream)
 
-    def register_partitions(self, stream: str, partitions: Iterable[int]) -> None:
+    def register_partitions(self, stream: str, partitions: Iterable[PartitionId]) -> None:
         """Remember partitions (idempotent, additive: a set union in the store)."""
         wanted = set(partitions)
         if wanted:
@@ -108,7 +109,7 @@ class Ledger(ABC):
     # -- storage primitives ------------------------------------------------------------------
 
     @abstractmethod
-    def _get_state(self, stream: str, partition: int) -> PartitionState | None: ...
+    def _get_state(self, stream: str, partition: PartitionId) -> PartitionState | None: ...
 
     @abstractmethod
     def _put_state(self, state: PartitionState, expected_version: int) -> None:
@@ -123,19 +124,19 @@ class Ledger(ABC):
     def _put_state_and_epoch(self, state: PartitionState, expected_version: int, record: EpochStart) -> None: ...
 
     @abstractmethod
-    def _query_epochs(self, stream: str, partition: int) -> list[EpochStart]: ...
+    def _query_epochs(self, stream: str, partition: PartitionId) -> list[EpochStart]: ...
 
     @abstractmethod
     def _state_item_size(self, state: PartitionState) -> int: ...
 
     @abstractmethod
     def _get_object(
-        self, stream: str, hour: str, kind: str, partition: int, first: int, epoch: int
+        self, stream: str, hour: str, kind: str, partition: PartitionId, first: int, epoch: int
     ) -> CommittedObject | None:
         """The committed-object item of that identity, if any (a consistent read)."""
 
     def committed_object(
-        self, stream: str, hour: str, kind: str, partition: int, first: int, epoch: int = 0
+        self, stream: str, hour: str, kind: str, partition: PartitionId, first: int, epoch: int = 0
     ) -> CommittedObject | None:
         return self._get_object(stream, hour, kind, partition, first, epoch)
 
@@ -143,10 +144,10 @@ class Ledger(ABC):
     def _query_objects(self, stream: str, hour: str) -> list[CommittedObject]: ...
 
     @abstractmethod
-    def _get_partitions(self, stream: str) -> set[int]: ...
+    def _get_partitions(self, stream: str) -> set[PartitionId]: ...
 
     @abstractmethod
-    def _add_partitions(self, stream: str, partitions: set[int]) -> None: ...
+    def _add_partitions(self, stream: str, partitions: set[PartitionId]) -> None: ...
 
     @abstractmethod
     def _put_run(self, stream: str, run_id: str, finished_ms: int, report: dict[str, object]) -> None: ...

@@ -41,6 +41,7 @@ from tidemark.ledger.model import (
     QuarantinedFlush,
     SealedFlush,
 )
+from tidemark.sources import KINESIS_POSITION_DIGITS, PartitionId
 from tidemark.staging.store import SegmentRef
 
 if TYPE_CHECKING:
@@ -71,7 +72,7 @@ def pk_sk_table_schema(table_name: str) -> dict[str, Any]:
     }
 
 
-def state_pk(stream: str, partition: int) -> str:
+def state_pk(stream: str, partition: PartitionId) -> str:
     return f"PART#{stream}#{partition}"
 
 
@@ -87,8 +88,29 @@ def registry_pk(stream: str) -> str:
     return f"STREAM#{stream}"
 
 
+# Positions are Python ints of any width. A Kinesis sequence number (up to 129 digits) fits
+# neither orjson's 64-bit integers (the compressed body) nor DynamoDB's 38-digit numbers (the
+# scalars an operator reads), so a position that does not fit is stored as its decimal string;
+# readers take either (``int(...)``). Kafka offsets always fit: Kafka items are unchanged.
+_JSON_INT_MAX = 2**63 - 1
+_DYNAMODB_NUMBER_MAX = 10**38 - 1
+
+
+def _json_position(position: int) -> int | str:
+    return position if -_JSON_INT_MAX <= position <= _JSON_INT_MAX else str(position)
+
+
+def _item_position(position: int) -> int | str:
+    return position if -_DYNAMODB_NUMBER_MAX <= position <= _DYNAMODB_NUMBER_MAX else str(position)
+
+
+def _partition_of_item(value: Any) -> PartitionId:
+    """A number for Kafka partitions, the shard id (a string) for Kinesis."""
+    return value if isinstance(value, str) else int(value)
+
+
 def _seg_to(segment: SegmentRef) -> list[Any]:
-    return [segment.name, segment.records, segment.size, segment.first, segment.last]
+    return [segment.name, segment.records, segment.size, _json_position(segment.first), _json_position(segment.last)]
 
 
 def _seg_from(raw: list[Any]) -> SegmentRef:
@@ -146,7 +168,7 @@ def state_to_item(state: PartitionState) -> dict[str, Any]:
     """
     body = {
         "next_seq": state.next_seq,
-        "fingerprints": state.fingerprints,
+        "fingerprints": [(_json_position(offset), crc) for offset, crc in state.fingerprints],
         "buffers": {key: _buffer_to(buffer) for key, buffer in state.buffers.items()},
         "sealed": {flush_id: _sealed_to(flush) for flush_id, flush in state.sealed.items()},
         "quarantined": {
@@ -164,7 +186,7 @@ def state_to_item(state: PartitionState) -> dict[str, Any]:
         "stream": state.stream,
         "partition": state.partition,
         "version": state.version,
-        "staged_offset": state.staged_offset,
+        "staged_offset": _item_position(state.staged_offset),
         "updated_ms": state.updated_ms,
         "watermark_ms": state.watermark_ms,
         "epoch": state.epoch,
@@ -180,7 +202,7 @@ def state_from_item(item: dict[str, Any]) -> PartitionState:
     body = orjson.loads(zlib.decompress(bytes(item["body"])))
     return PartitionState(
         stream=item["stream"],
-        partition=int(item["partition"]),
+        partition=_partition_of_item(item["partition"]),
         version=int(item["version"]),
         staged_offset=int(item["staged_offset"]),
         next_seq=int(body["next_seq"]),
@@ -198,25 +220,37 @@ def state_from_item(item: dict[str, Any]) -> PartitionState:
     )
 
 
-def object_sk(kind: str, partition: int, first: int, epoch: int = 0) -> str:
+def object_sk(kind: str, partition: PartitionId, first: int, epoch: int = 0) -> str:
     """Epoch 0 keeps the original form; a later epoch's positions may repeat earlier ones, so its
-    objects' sort keys carry the epoch."""
+    objects' sort keys carry the epoch. A Kinesis shard id stands as it is, and a position wider
+    than Kafka's 20 digits takes the 129 of a Kinesis sequence number."""
+    label = f"{partition:05d}" if isinstance(partition, int) else partition
+    position = f"{first:020d}" if first < 10**20 else f"{first:0{KINESIS_POSITION_DIGITS}d}"
     if epoch:
-        return f"OBJ#{kind}#{partition:05d}#e{epoch:04d}#{first:020d}"
-    return f"OBJ#{kind}#{partition:05d}#{first:020d}"
+        return f"OBJ#{kind}#{label}#e{epoch:04d}#{position}"
+    return f"OBJ#{kind}#{label}#{position}"
 
 
 def epoch_sk(epoch: int) -> str:
     return f"EPOCH#{epoch:06d}"
 
 
-def epoch_to_item(stream: str, partition: int, record: EpochStart) -> dict[str, Any]:
+def epoch_to_item(stream: str, partition: PartitionId, record: EpochStart) -> dict[str, Any]:
     key = {"pk": state_pk(stream, partition), "sk": epoch_sk(record.epoch), "stream": stream, "partition": partition}
-    return key | asdict(record)
+    values = asdict(record)
+    for name in _EPOCH_POSITIONS:
+        values[name] = _item_position(values[name])
+    return key | values
+
+
+_EPOCH_POSITIONS = ("first_offset", "previous_staged_offset")
 
 
 def epoch_from_item(item: dict[str, Any]) -> EpochStart:
-    return EpochStart(**{field.name: item[field.name] for field in fields(EpochStart)})
+    values = {field.name: item[field.name] for field in fields(EpochStart)}
+    for name in _EPOCH_POSITIONS:
+        values[name] = int(values[name])
+    return EpochStart(**values)
 
 
 def object_to_item(committed: CommittedObject) -> dict[str, Any]:
@@ -230,8 +264,8 @@ def object_to_item(committed: CommittedObject) -> dict[str, Any]:
         "kind": committed.kind,
         "hour": committed.hour,
         "object_key": committed.key,
-        "first_offset": committed.first,
-        "last_offset": committed.last,
+        "first_offset": _item_position(committed.first),
+        "last_offset": _item_position(committed.last),
         "records": committed.records,
         "size": committed.size,
         "sha256": committed.sha256,
@@ -242,7 +276,7 @@ def object_to_item(committed: CommittedObject) -> dict[str, Any]:
 def object_from_item(item: dict[str, Any]) -> CommittedObject:
     return CommittedObject(
         stream=item["stream"],
-        partition=int(item["partition"]),
+        partition=_partition_of_item(item["partition"]),
         kind=item["kind"],
         hour=item["hour"],
         key=item["object_key"],
@@ -334,7 +368,7 @@ class DynamoDBLedger(Ledger):
             "dynamodb", config=boto_config or Config(retries={"mode": "standard", "max_attempts": 8})
         )
 
-    def _get_state(self, stream: str, partition: int) -> PartitionState | None:
+    def _get_state(self, stream: str, partition: PartitionId) -> PartitionState | None:
         response = self._client.get_item(
             TableName=self.table_name,
             Key={"pk": {"S": state_pk(stream, partition)}, "sk": {"S": STATE_SK}},
@@ -454,7 +488,7 @@ class DynamoDBLedger(Ledger):
                 f"(expected version {expected_version})"
             ) from None
 
-    def _query_epochs(self, stream: str, partition: int) -> list[EpochStart]:
+    def _query_epochs(self, stream: str, partition: PartitionId) -> list[EpochStart]:
         found: list[EpochStart] = []
         for page in self._client.get_paginator("query").paginate(
             TableName=self.table_name,
@@ -466,7 +500,7 @@ class DynamoDBLedger(Ledger):
         return found
 
     def _get_object(
-        self, stream: str, hour: str, kind: str, partition: int, first: int, epoch: int
+        self, stream: str, hour: str, kind: str, partition: PartitionId, first: int, epoch: int
     ) -> CommittedObject | None:
         response = self._client.get_item(
             TableName=self.table_name,
@@ -488,22 +522,37 @@ class DynamoDBLedger(Ledger):
             found.extend(object_from_item(_deserialize(item)) for item in page.get("Items", []))
         return found
 
-    def _get_partitions(self, stream: str) -> set[int]:
+    def _get_partitions(self, stream: str) -> set[PartitionId]:
         response = self._client.get_item(
             TableName=self.table_name,
             Key={"pk": {"S": registry_pk(stream)}, "sk": {"S": PARTITIONS_SK}},
             ConsistentRead=True,
         )
-        item = response.get("Item")
-        return {int(number) for number in item["partitions"]["NS"]} if item and "partitions" in item else set()
+        item = response.get("Item") or {}
+        found: set[PartitionId] = {int(number) for number in item.get("partitions", {}).get("NS", [])}
+        found.update(item.get("shards", {}).get("SS", []))
+        return found
 
-    def _add_partitions(self, stream: str, partitions: set[int]) -> None:
+    def _add_partitions(self, stream: str, partitions: set[PartitionId]) -> None:
+        # Kafka partition numbers in a number set (as ever), shard ids in a string set beside it.
+        numbers = sorted(str(p) for p in partitions if isinstance(p, int))
+        names = sorted(p for p in partitions if isinstance(p, str))
+        updates: list[str] = []
+        values: dict[str, Any] = {}
+        request: dict[str, Any] = {}
+        if numbers:
+            request["ExpressionAttributeNames"] = {"#partitions": "partitions"}  # a reserved word
+            updates.append("#partitions :numbers")
+            values[":numbers"] = {"NS": numbers}
+        if names:
+            updates.append("shards :names")
+            values[":names"] = {"SS": names}
         self._client.update_item(
             TableName=self.table_name,
             Key={"pk": {"S": registry_pk(stream)}, "sk": {"S": PARTITIONS_SK}},
-            UpdateExpression="ADD #partitions :new",
-            ExpressionAttributeNames={"#partitions": "partitions"},  # a reserved word
-            ExpressionAttributeValues={":new": {"NS": [str(p) for p in sorted(partitions)]}},
+            UpdateExpression="ADD " + ", ".join(updates),
+            ExpressionAttributeValues=values,
+            **request,
         )
 
     def _put_run(self, stream: str, run_id: str, finished_ms: int, report: dict[str, object]) -> None:

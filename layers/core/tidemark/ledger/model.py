@@ -18,6 +18,7 @@ from types import MappingProxyType
 
 from tidemark.buffers import BufferKey
 from tidemark.exceptions import InvalidTransitionError
+from tidemark.sources import PartitionId
 from tidemark.staging.store import SegmentRef
 
 
@@ -87,7 +88,7 @@ class CommittedObject:
     records under other bytes, and is recognised by it."""
 
     stream: str
-    partition: int
+    partition: PartitionId
     kind: str
     hour: str
     key: str
@@ -169,7 +170,7 @@ def _frozen(mapping: Mapping[str, object]) -> Mapping[str, object]:
 @dataclass(frozen=True, slots=True)
 class PartitionState:
     stream: str
-    partition: int
+    partition: PartitionId
     version: int = 0  # 0: nothing stored yet
     staged_offset: int = -1
     next_seq: int = 1

@@ -16,6 +16,8 @@ from collections.abc import Iterable, Iterator
 from tidemark.staging.frames import Frame
 
 _FIXED = struct.Struct("<Bqqqiiii")
+_I64_MAX = 2**63 - 1
+_WIDE = -1  # in the offset field: a position wider than 64 bits follows, length-prefixed
 
 
 class ContentDigest:
@@ -34,10 +36,12 @@ class ContentDigest:
         key = frame.key
         reason = frame.reason.encode("utf-8")
         update = self._hash.update
+        offset = frame.offset
+        wide = offset > _I64_MAX  # a Kinesis sequence number; a Kafka offset never is
         update(
             _FIXED.pack(
                 frame.kind,
-                frame.offset,
+                _WIDE if wide else offset,
                 frame.timestamp_ms,
                 frame.event_time_ms,
                 -1 if key is None else len(key),
@@ -46,6 +50,10 @@ class ContentDigest:
                 len(frame.headers),
             )
         )
+        if wide:
+            position = offset.to_bytes((offset.bit_length() + 7) // 8, "big")
+            update(struct.pack("<I", len(position)))
+            update(position)
         if key:
             update(key)
         update(frame.value)

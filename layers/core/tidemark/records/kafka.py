@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import binascii
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from aws_lambda_powertools.shared.functions import decode_header_bytes
@@ -17,20 +16,23 @@ from aws_lambda_powertools.utilities.data_classes.kafka_event import KafkaEvent,
 
 from tidemark.exceptions import MalformedEventError
 from tidemark.names import TOPIC, matches
-from tidemark.records.model import Record
+from tidemark.records.model import PartitionBatch, Record
+from tidemark.sources import PartitionId
 
 # Self-managed Kafka comes in two spellings: the AWS docs' "SelfManagedKafka" and the
 # "aws:SelfManagedKafka" of Powertools' own sample event (events/self-managed-powertools.json).
 EVENT_SOURCES = frozenset({"aws:kafka", "SelfManagedKafka", "aws:SelfManagedKafka"})
 
 
-@dataclass(slots=True)
-class PartitionBatch:
-    """The records of one topic-partition from one invocation, in delivery order."""
-
-    topic: str
-    partition: int
-    records: list[Record]
+def source_identity(event: Mapping[str, Any], topic: str) -> str:
+    """``<cluster>/<topic>``: the MSK cluster's name and id from the event's ARN, or nothing for
+    self-managed Kafka, whose bootstrap servers change when brokers do (a migration between
+    self-managed clusters is caught by its positions instead)."""
+    arn = event.get("eventSourceArn")
+    cluster = ""
+    if isinstance(arn, str) and ":cluster/" in arn:
+        cluster = arn.split(":cluster/", 1)[1]
+    return f"{cluster}/{topic}"
 
 
 def _require(condition: bool, message: str) -> None:
@@ -97,7 +99,7 @@ def parse_kafka_event(event: Any) -> list[PartitionBatch]:
     )
     groups = event.get("records")
     _require(isinstance(groups, Mapping), "event.records must be an object keyed by 'topic-partition'")
-    batches: dict[tuple[str, int], PartitionBatch] = {}
+    batches: dict[tuple[str, PartitionId], PartitionBatch] = {}
     kafka_event = KafkaEvent(dict(event))
     for index, chunk in enumerate(groups.values()):
         _require(isinstance(chunk, list), f"event.records group #{index} must be a list")
@@ -108,6 +110,8 @@ def parse_kafka_event(event: Any) -> list[PartitionBatch]:
         record = _convert(raw, position, topics)
         batch = batches.get((record.topic, record.partition))
         if batch is None:
-            batch = batches[(record.topic, record.partition)] = PartitionBatch(record.topic, record.partition, [])
+            batch = batches[(record.topic, record.partition)] = PartitionBatch(
+                record.topic, record.partition, [], source=source_identity(event, record.topic)
+            )
         batch.records.append(record)
     return list(batches.values())

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import NamedTuple
+
+from tidemark.sources import KAFKA, PartitionId
 
 
 class Record(NamedTuple):
@@ -13,9 +16,24 @@ class Record(NamedTuple):
     """
 
     topic: str
-    partition: int
+    partition: PartitionId  # a Kafka partition number, a Kinesis shard id
     offset: int
     timestamp_ms: int
     value: bytes
     key: bytes | None = None
     headers: tuple[tuple[str, bytes], ...] = ()
+
+
+@dataclass(slots=True)
+class PartitionBatch:
+    """The records of one source partition from one invocation, in delivery order.
+
+    ``kind`` is the source kind (``tidemark.sources``); ``source`` identifies the log the
+    positions belong to (``tidemark.resets``): an MSK cluster and topic, or a Kinesis stream's ARN.
+    """
+
+    topic: str
+    partition: PartitionId
+    records: list[Record]
+    kind: str = KAFKA
+    source: str = field(default="", compare=False)

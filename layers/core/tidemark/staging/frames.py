@@ -8,6 +8,12 @@ torn or damaged write is detected instead of being read as data::
 
 ``meta`` is empty for the common case (no headers, not dead-lettered); otherwise it holds the
 dead-letter reason and the headers, each length-prefixed.
+
+A position beyond a signed 64-bit offset (a Kinesis sequence number: up to 129 decimal digits)
+is framed with magic ``"TW"`` instead: the ``offset`` field holds the position's byte length
+``n`` and the position follows the header as ``n`` unsigned big-endian bytes, before the key
+(covered by the CRC like everything else). Kafka offsets always fit, so Kafka segments are
+byte-for-byte what they were, and segments staged before wide positions existed read as before.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ DEAD_LETTER = 1
 NO_EVENT_TIME = -1
 
 MAGIC = b"TM"
+WIDE_MAGIC = b"TW"  # the position follows the header (see the module docstring)
+_I64_MAX = 2**63 - 1
 _PREFIX = struct.Struct("<2sI")
 _BODY = struct.Struct("<Bqqqiii")
 _U32 = struct.Struct("<I")
@@ -89,13 +97,21 @@ def encode_frame(
     reason: str = "",
 ) -> bytes:
     meta = _encode_meta(reason, headers) if headers or reason else b""
-    body = (
-        _BODY.pack(kind, offset, timestamp_ms, event_time_ms, -1 if key is None else len(key), len(value), len(meta))
-        + (key or b"")
-        + value
-        + meta
-    )
-    return _PREFIX.pack(MAGIC, zlib.crc32(body)) + body
+    if offset <= _I64_MAX:
+        body = (
+            _BODY.pack(
+                kind, offset, timestamp_ms, event_time_ms, -1 if key is None else len(key), len(value), len(meta)
+            )
+            + (key or b"")
+            + value
+            + meta
+        )
+        return _PREFIX.pack(MAGIC, zlib.crc32(body)) + body
+    key_len = -1 if key is None else len(key)
+    wide = offset.to_bytes((offset.bit_length() + 7) // 8, "big")
+    body = _BODY.pack(kind, len(wide), timestamp_ms, event_time_ms, key_len, len(value), len(meta))
+    body += wide + (key or b"") + value + meta
+    return _PREFIX.pack(WIDE_MAGIC, zlib.crc32(body)) + body
 
 
 def decode_frames(data: bytes) -> list[Frame]:
@@ -110,11 +126,19 @@ def decode_frames(data: bytes) -> list[Frame]:
         if end - pos < HEADER_SIZE:
             raise TornFrameError(pos, f"{end - pos} bytes left, a frame header needs {HEADER_SIZE}")
         magic, crc, kind, offset, timestamp, event_time, key_len, value_len, meta_len = unpack_header(data, pos)
+        cursor = pos + HEADER_SIZE
+        wide = 0
         if magic != MAGIC:
-            raise TornFrameError(pos, "bad magic")
+            if magic != WIDE_MAGIC or not 0 < offset <= 64:  # 129 decimal digits need 54 bytes
+                raise TornFrameError(pos, "bad magic")
+            wide = offset
         if kind > DEAD_LETTER or value_len < 0 or meta_len < 0 or key_len < -1:
             raise TornFrameError(pos, "bad header fields")
-        cursor = pos + HEADER_SIZE
+        if wide:
+            if cursor + wide > end:
+                raise TornFrameError(pos, "frame runs past the end of the segment")
+            offset = int.from_bytes(data[cursor : cursor + wide], "big")
+            cursor += wide
         value_start = cursor + key_len if key_len > 0 else cursor
         meta_start = value_start + value_len
         body_end = meta_start + meta_len

@@ -1,6 +1,10 @@
 """Segment files on the staging mount (EFS in AWS, a directory on a laptop).
 
-Layout: ``<root>/<stream>/p<partition>/<kind>_<hour>_<first>-<last>_<created ms>_<nonce>.seg``.
+Layout: ``<root>/<stream>/p<partition>/<kind>_<hour>_<first>-<last>_<created ms>_<nonce>.seg``,
+where ``<partition>`` is a Kafka partition number or a Kinesis shard id, and positions are 20
+zero-padded digits -- or, for positions wider than that (Kinesis sequence numbers, up to 129
+digits, which written out twice would pass the 255-byte limit of a file name), 83 zero-padded
+base-36 digits.
 A segment is written once (``O_EXCL``), fsync'd together with its directory, and never changed.
 It becomes part of a buffer only when the ledger accepts it; until then it is garbage that
 recovery removes once it is older than the grace period (a younger one may belong to an
@@ -20,12 +24,33 @@ from tidemark.buffers import BufferKey
 from tidemark.exceptions import CorruptSegmentError, MissingSegmentError, UnsafePathError
 from tidemark.faults import AFTER_SEGMENT_WRITE, BEFORE_SEGMENT_WRITE, DURING_SEGMENT_WRITE, CrashPoints, NoCrashes
 from tidemark.names import STREAM, matches
+from tidemark.sources import PartitionId, is_partition_id, partition_of_text, partition_sort_key
 from tidemark.staging.frames import Frame, TornFrameError, decode_frames
 
 _SEGMENT = re.compile(
-    r"^(?P<kind>raw|errors)_(?P<hour>\d{4}-\d{2}-\d{2}T\d{2})_(?P<first>\d{20})-(?P<last>\d{20})"
+    r"^(?P<kind>raw|errors)_(?P<hour>\d{4}-\d{2}-\d{2}T\d{2})_"
+    r"(?:(?P<first>\d{20})-(?P<last>\d{20})|(?P<wfirst>[0-9a-z]{83})-(?P<wlast>[0-9a-z]{83}))"
     r"_(?P<created>\d{13,})_(?P<nonce>[0-9a-f]{12})\.seg$"
 )
+_NARROW = 10**20  # positions below this are written as 20 decimal digits
+_WIDE_DIGITS = 83  # base-36 digits of the largest 129-digit decimal
+_BASE36 = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+
+def _base36(number: int) -> str:
+    digits = []
+    while number:
+        number, digit = divmod(number, 36)
+        digits.append(_BASE36[digit])
+    return "".join(reversed(digits)).rjust(_WIDE_DIGITS, "0")
+
+
+def _positions_text(first: int, last: int) -> str:
+    if last < _NARROW:
+        return f"{first:020d}-{last:020d}"
+    if last >= 36**_WIDE_DIGITS:
+        raise UnsafePathError(f"position {last} is wider than any source's")
+    return f"{_base36(first)}-{_base36(last)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,18 +76,19 @@ class SegmentFile:
 
 
 def segment_name(buffer: BufferKey, first: int, last: int, created_ms: int, nonce: str) -> str:
-    return f"{buffer.kind}_{buffer.hour}_{first:020d}-{last:020d}_{created_ms:013d}_{nonce}.seg"
+    return f"{buffer.kind}_{buffer.hour}_{_positions_text(first, last)}_{created_ms:013d}_{nonce}.seg"
 
 
 def parse_segment_name(name: str) -> SegmentFile | None:
     match = _SEGMENT.fullmatch(name)
     if not match:
         return None
+    narrow = match["first"] is not None
     return SegmentFile(
         name=name,
         buffer=BufferKey(match["kind"], match["hour"]),
-        first=int(match["first"]),
-        last=int(match["last"]),
+        first=int(match["first"]) if narrow else int(match["wfirst"], 36),
+        last=int(match["last"]) if narrow else int(match["wlast"], 36),
         created_ms=int(match["created"]),
     )
 
@@ -72,8 +98,8 @@ class SegmentStore:
         self.root = Path(root).resolve()
         self._crash = crash_points or NoCrashes()
 
-    def partition_dir(self, stream: str, partition: int) -> Path:
-        if not matches(STREAM, stream) or type(partition) is not int or partition < 0:
+    def partition_dir(self, stream: str, partition: PartitionId) -> Path:
+        if not matches(STREAM, stream) or not is_partition_id(partition):
             raise UnsafePathError(f"refusing staging path for stream={stream!r} partition={partition!r}")
         path = self.root / stream / f"p{partition}"
         if path.resolve().parent.parent != self.root:
@@ -83,7 +109,7 @@ class SegmentStore:
     def write(
         self,
         stream: str,
-        partition: int,
+        partition: PartitionId,
         buffer: BufferKey,
         frames: list[bytes],
         first: int,
@@ -125,7 +151,7 @@ class SegmentStore:
             segment_name(buffer, first, last, created_ms, secrets.token_hex(6)), records, size, first, last
         )
 
-    def read(self, stream: str, partition: int, ref: SegmentRef) -> list[Frame]:
+    def read(self, stream: str, partition: PartitionId, ref: SegmentRef) -> list[Frame]:
         """Read an accepted segment and prove it holds exactly what the ledger says."""
         if parse_segment_name(ref.name) is None:
             raise UnsafePathError(f"refusing to read {ref.name!r}: not a segment name")
@@ -148,7 +174,7 @@ class SegmentStore:
             )
         return frames
 
-    def segments(self, stream: str, partition: int, *, excluding: Set[str] = frozenset()) -> list[SegmentFile]:
+    def segments(self, stream: str, partition: PartitionId, *, excluding: Set[str] = frozenset()) -> list[SegmentFile]:
         """Segment files of the partition, in offset order, leaving out the names in ``excluding``
         (cheaply: garbage collection passes the ledger's referenced set, usually all of them)."""
         directory = self.partition_dir(stream, partition)
@@ -159,18 +185,24 @@ class SegmentStore:
         found = (parse_segment_name(name) for name in names if name not in excluding)
         return sorted((segment for segment in found if segment is not None), key=lambda s: (s.first, s.name))
 
-    def partitions(self, stream: str) -> list[int]:
-        """Partitions of ``stream`` that have a staging directory, ascending."""
+    def partitions(self, stream: str) -> list[PartitionId]:
+        """Partitions of ``stream`` that have a staging directory: numbers ascending, then ids."""
         if not matches(STREAM, stream):
             raise UnsafePathError(f"refusing staging path for stream={stream!r}")
         try:
             names = os.listdir(self.root / stream)
         except FileNotFoundError:
             return []
-        found = (name[1:] for name in names if name.startswith("p"))
-        return sorted(int(number) for number in found if number.isdigit() and str(int(number)) == number)
+        found: list[PartitionId] = []
+        for name in names:
+            if name.startswith("p"):
+                try:
+                    found.append(partition_of_text(name[1:]))
+                except ValueError:
+                    continue  # not a partition directory of ours
+        return sorted(found, key=partition_sort_key)
 
-    def remove_partition_dir(self, stream: str, partition: int) -> bool:
+    def remove_partition_dir(self, stream: str, partition: PartitionId) -> bool:
         """Remove the partition's directory if it is empty; ``False`` if it holds anything (a
         writer may have just put a segment there: the directory then simply stays)."""
         directory = self.partition_dir(stream, partition)
@@ -181,7 +213,7 @@ class SegmentStore:
         _fsync_dir(directory.parent)
         return True
 
-    def delete(self, stream: str, partition: int, name: str) -> bool:
+    def delete(self, stream: str, partition: PartitionId, name: str) -> bool:
         if parse_segment_name(name) is None:
             raise UnsafePathError(f"refusing to delete {name!r}: not a segment name")
         try:

@@ -1,6 +1,8 @@
 """Hour completeness: when may a reader treat an event hour as done?
 
-An hour of a stream is complete when, for every partition the sweeper knows of,
+An hour of a stream is complete when, for every partition the sweeper knows of (for a Kinesis
+stream: every shard ``ListShards`` names, except closed shards read to their end and idle --
+see ``tidemark.sweeper.lineage``),
 
 * nothing of that hour is still staged (no OPEN or SEALED buffer of the hour, either kind), and
 * the partition has moved past the hour: its watermark (latest archived event time) is at least
@@ -29,7 +31,9 @@ from tidemark.config.model import StreamConfig
 from tidemark.eventtime import hour_end_ms, hour_path, iso_utc
 from tidemark.ledger.model import CommittedObject, HourMark, PartitionState
 from tidemark.runtime import Runtime
+from tidemark.sources import partition_sort_key
 from tidemark.sweeper.discovery import discover
+from tidemark.sweeper.lineage import finished_shards, try_list_shards
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +72,9 @@ def why_not_past(hour_end: int, lateness: int, state: PartitionState, now_ms: in
 def manifest_body(
     stream: StreamConfig, mark: HourMark, objects: list[CommittedObject], states: list[PartitionState], now_ms: int
 ) -> bytes:
-    ordered = sorted(objects, key=lambda item: (item.kind, item.partition, item.first))
+    ordered = sorted(objects, key=lambda item: (item.kind, partition_sort_key(item.partition), item.first))
+    # Kinesis sequence numbers overflow JSON's integers in most readers: written as strings there.
+    position = str if stream.source.shape.envelope.position_is_text else int
     return orjson.dumps(
         {
             "stream": stream.name,
@@ -84,8 +90,8 @@ def manifest_body(
                     "key": item.key,
                     "kind": item.kind,
                     "partition": item.partition,
-                    "first_offset": item.first,
-                    "last_offset": item.last,
+                    "first_offset": position(item.first),
+                    "last_offset": position(item.last),
                     "records": item.records,
                     "size": item.size,
                     "sha256": item.sha256,
@@ -112,13 +118,22 @@ class CompletenessTracker:
         pending = [mark for mark in ledger.hour_marks(stream.name) if not mark.complete]
         if not pending:
             return
+        finished: set[str] = set()
+        if stream.source.stream_arn is not None:  # a Kinesis stream: every shard, and the finished ones
+            shards = try_list_shards(self.runtime.kinesis, stream.source.stream_arn)
+            if shards:
+                ledger.register_partitions(stream.name, set(shards))
         states = [ledger.load(stream.name, ref.partition) for ref in discover(self.runtime, stream.name)]
+        if stream.source.stream_arn is not None and shards:
+            finished = finished_shards(shards, {str(s.partition): s for s in states if isinstance(s.partition, str)})
         lateness = stream.completeness.allowed_lateness_ms
         for mark in pending:
             name = f"{stream.name}/{mark.hour}"
             end = hour_end_ms(mark.hour, stream.event_time.timezone)
             blockers: list[str] = []
             for state in states:
+                if state.partition in finished and state.idle:
+                    continue  # a closed shard read to its end: it can never move past anything again
                 if state.holds_hour(mark.hour):
                     blockers.append(f"partition {state.partition} still stages the hour")
                 elif (reason := why_not_past(end, lateness, state, now_ms)) is not None:

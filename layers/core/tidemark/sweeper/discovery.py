@@ -6,12 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tidemark.runtime import Runtime
+from tidemark.sources import PartitionId, partition_sort_key
 
 
 @dataclass(frozen=True, slots=True)
 class PartitionRef:
     stream: str
-    partition: int
+    partition: PartitionId
 
     def to_dict(self) -> dict[str, object]:
         return {"stream": self.stream, "partition": self.partition}
@@ -22,7 +23,7 @@ def discover(runtime: Runtime, stream: str) -> list[PartitionRef]:
     on_disk = set(runtime.staging.partitions(stream))
     known = runtime.ledger.partitions(stream)
     runtime.ledger.register_partitions(stream, on_disk - known)
-    return [PartitionRef(stream, partition) for partition in sorted(on_disk | known)]
+    return [PartitionRef(stream, partition) for partition in sorted(on_disk | known, key=partition_sort_key)]
 
 
 def discover_all(runtime: Runtime) -> list[PartitionRef]:

@@ -34,6 +34,7 @@ from tidemark.ledger.model import CommittedObject, HourMark
 from tidemark.objects.keys import hour_folder_of_key, hour_folders
 from tidemark.objects.writer import META_SHA256
 from tidemark.runtime import Runtime
+from tidemark.sources import PartitionId
 from tidemark.sweeper.discovery import discover
 
 logger = logging.getLogger(__name__)
@@ -154,7 +155,7 @@ class Reconciler:
             if full and mark is not None and len(report.findings) == before:
                 self.runtime.ledger.record_reconciled(mark)
 
-    def _in_flight(self, stream: str, hour: str, partitions: list[int]) -> set[str]:
+    def _in_flight(self, stream: str, hour: str, partitions: list[PartitionId]) -> set[str]:
         """Object keys of the hour's SEALED flushes: uploaded or about to be, not yet committed."""
         return {
             flush.object_key

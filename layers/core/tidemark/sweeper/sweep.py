@@ -13,12 +13,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tidemark.runtime import Runtime
+from tidemark.sources import PartitionId
 
 
 @dataclass
 class SweepOutcome:
     stream: str
-    partition: int
+    partition: PartitionId
     flushed: Counter[str] = field(default_factory=Counter)  # objects committed, by rotation reason
     resumed: int = 0  # sealed flushes left by a crashed run, finished here
     garbage_deleted: int = 0  # unaccepted or already-committed segment files removed
@@ -39,7 +40,7 @@ class SweepOutcome:
         }
 
 
-def sweep_partition(runtime: Runtime, stream_name: str, partition: int) -> SweepOutcome:
+def sweep_partition(runtime: Runtime, stream_name: str, partition: PartitionId) -> SweepOutcome:
     stream = runtime.config.stream(stream_name)
     result = runtime.writer(stream, partition).maintain()
     outcome = SweepOutcome(stream_name, partition)

@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from tidemark.sources import PartitionId
+
 
 @dataclass(frozen=True, slots=True)
 class FlushOutcome:
     stream: str
-    partition: int
+    partition: PartitionId
     key: str
     kind: str
     hour: str

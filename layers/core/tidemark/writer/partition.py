@@ -52,6 +52,7 @@ from tidemark.objects.writer import ObjectStore
 from tidemark.records.model import Record
 from tidemark.resets import check_positions, fingerprint
 from tidemark.routing import Routed
+from tidemark.sources import PartitionId
 from tidemark.staging.frames import Frame
 from tidemark.staging.store import SegmentRef, SegmentStore
 from tidemark.writer.budget import ItemBudget
@@ -75,15 +76,15 @@ class PartitionWriter:
     def __init__(
         self,
         stream: StreamContext,
-        partition: int,
+        partition: PartitionId,
         *,
         ledger: Ledger,
         staging: SegmentStore,
         objects: ObjectStore,
         clock: Clock,
         crash_points: CrashPoints | None = None,
-        state_cache: dict[tuple[str, int], PartitionState] | None = None,
-        gc_times: dict[tuple[str, int], int] | None = None,
+        state_cache: dict[tuple[str, PartitionId], PartitionState] | None = None,
+        gc_times: dict[tuple[str, PartitionId], int] | None = None,
     ) -> None:
         self.stream = stream
         self.partition = partition

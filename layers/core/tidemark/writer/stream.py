@@ -6,12 +6,13 @@ from dataclasses import dataclass
 
 from tidemark.buffers import ERRORS_KIND, RAW_KIND, BufferKey
 from tidemark.clock import Clock
-from tidemark.config.model import KEY_FIXED_PART, ArchiveSettings, StreamConfig
+from tidemark.config.model import ArchiveSettings, StreamConfig, key_fixed_part
 from tidemark.flush import FlushPolicy
 from tidemark.formats import ObjectFormat, RenderSpec, extension_of, format_of
 from tidemark.ledger.model import OpenBuffer
 from tidemark.objects.keys import object_key
 from tidemark.routing import Router
+from tidemark.sources import PartitionId, shape_of
 
 # Dead letters keep every original byte (base64) and their reason; one format for them, whatever
 # the stream's format, so operators and tools read every stream's dead letters the same way.
@@ -38,6 +39,7 @@ class StreamContext:
             config.encoding.key,
             config.encoding.value,
             config.encoding.headers,
+            source=config.source.shape.kind,
         )
         return cls(
             config, archive, Router(config, clock), FlushPolicy(config.flush), render_spec(config), errors.encode()
@@ -56,7 +58,7 @@ class StreamContext:
         spec = RenderSpec.decode(buffer.spec)
         return format_of(spec), spec
 
-    def object_key(self, partition: int, buffer: OpenBuffer, epoch: int = 0) -> str:
+    def object_key(self, partition: PartitionId, buffer: OpenBuffer, epoch: int = 0) -> str:
         prefix = {RAW_KIND: self.archive.raw_prefix, ERRORS_KIND: self.archive.errors_prefix}[buffer.key.kind]
         spec = RenderSpec.decode(buffer.spec)
         return object_key(
@@ -70,6 +72,7 @@ class StreamContext:
             epoch,
             folders=buffer.key.folders,
             hive_hours=self.config.partition_by.hour_folders == "hive",
+            digits=shape_of(spec.source).position_digits,
         )
 
     @property
@@ -79,7 +82,7 @@ class StreamContext:
             max(len(self.archive.raw_prefix), len(self.archive.errors_prefix))
             + 2 * len(self.name)
             + self.config.partition_by.max_folders_length
-            + KEY_FIXED_PART
+            + key_fixed_part(self.config.source.shape)
         )
 
 
@@ -95,5 +98,6 @@ def render_spec(config: StreamConfig) -> str:
         value_encoding=config.encoding.value,
         header_encoding=config.encoding.headers,
         value_schema=fmt.value_schema.encoded if fmt.value_schema is not None else "",
-        columns=",".join(fmt.csv_columns) if fmt.type == "csv" else "",
+        columns=",".join(config.csv_columns) if fmt.type == "csv" else "",
+        source=config.source.shape.kind,
     ).encode()

@@ -3,16 +3,19 @@
 Pure logic over records and an injected time, so the rules are tested without a broker or
 sleeping. Like Lambda, a batch is sent as soon as it holds ``batch_size`` records, its payload
 would pass the 6 MB invocation limit with one more record, or ``window_ms`` has passed since its
-first record arrived.
+first record arrived. ``measure`` is what a record adds to the payload in the source's event
+shape (Kafka's by default; the Kinesis mapping passes ``kinesis_payload_size``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tidemark.exceptions import ConfigError
 from tidemark.records.esm import payload_size
 from tidemark.records.model import Record
+from tidemark.sources import PartitionId
 
 LAMBDA_PAYLOAD_LIMIT = 6 * 1024 * 1024  # synchronous invocation payload quota
 MAX_BATCH_SIZE = 10_000  # the MSK event source mapping's maximum
@@ -44,7 +47,8 @@ class BatchBuilder:
     records: list[Record] = field(default_factory=list)
     payload_bytes: int = 0
     opened_ms: int | None = None
-    groups: set[tuple[str, int]] = field(default_factory=set)
+    groups: set[tuple[str, PartitionId]] = field(default_factory=set)
+    measure: Callable[[Record], int] = payload_size
 
     def offer(self, record: Record, now_ms: int) -> bool:
         """Add ``record`` unless the batch is full; ``False`` means: send this batch first.
@@ -53,7 +57,7 @@ class BatchBuilder:
         Lambda would fail such an invocation, and the local mapping surfaces that as a handler
         error rather than silently skipping the record.
         """
-        size = payload_size(record)
+        size = self.measure(record)
         if (record.topic, record.partition) not in self.groups:
             size += len(record.topic) + GROUP_OVERHEAD_BYTES
         if not self.records:

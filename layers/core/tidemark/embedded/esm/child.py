@@ -16,9 +16,10 @@ from typing import Any
 from tidemark.embedded.lambda_runtime import HandlerRef, LocalContext, load_handler
 from tidemark.exceptions import ConfigError
 from tidemark.runtime import Runtime
+from tidemark.sources import PartitionId, partition_of_text
 
 
-def _drain(stream_name: str, partitions: list[int]) -> dict[str, Any]:
+def _drain(stream_name: str, partitions: list[PartitionId]) -> dict[str, Any]:
     runtime = Runtime.from_env()
     try:
         stream = runtime.config.stream(stream_name)
@@ -38,7 +39,8 @@ def main(argv: list[str] | None = None) -> None:
     invoke.add_argument("--event", type=Path, required=True)
     drain = actions.add_parser("drain")
     drain.add_argument("--stream", required=True)
-    drain.add_argument("--partition", type=int, action="append", default=[])
+    # a Kafka partition number or a Kinesis shard id
+    drain.add_argument("--partition", type=partition_of_text, action="append", default=[])
     args = parser.parse_args(argv)
     if args.action == "invoke":
         handler = load_handler(HandlerRef(args.code_dir, args.handler))

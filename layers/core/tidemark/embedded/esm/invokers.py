@@ -23,6 +23,7 @@ from typing import IO, Any, Protocol
 from tidemark.embedded.children import die_with_parent
 from tidemark.embedded.lambda_runtime import Handler, HandlerRef, LocalContext, load_handler
 from tidemark.faults import CRASH_EXIT_CODE, ENV_CRASH_AT
+from tidemark.sources import PartitionId
 
 CHILD_TIMEOUT_S = 600.0
 
@@ -80,7 +81,7 @@ class ChildInvoker:
     def invoke(self, event: dict[str, Any], crash_at: str | None = None) -> Invocation:
         return self.run(["invoke", "--event", "{input}"], event, crash_at)
 
-    def drain(self, stream: str, partitions: list[int], crash_at: str | None = None) -> Invocation:
+    def drain(self, stream: str, partitions: list[PartitionId], crash_at: str | None = None) -> Invocation:
         """Write every open buffer of these partitions now (``PartitionWriter.drain``)."""
         args = ["drain", "--stream", stream, *(f"--partition={p}" for p in partitions)]
         return self.run(args, None, crash_at)

@@ -35,6 +35,7 @@ from tidemark.embedded.kafka_clients import client_settings
 from tidemark.exceptions import TidemarkError
 from tidemark.records.esm import EventSource, build_event
 from tidemark.records.model import Record
+from tidemark.sources import PartitionId
 
 if TYPE_CHECKING:
     from confluent_kafka import Consumer, Message, TopicPartition
@@ -138,7 +139,7 @@ class EventSourceMapping:
         self.invoker = invoker
         self.clock = clock or MonotonicClock()
         self.stats = MappingStats()
-        self.committed: dict[int, int] = {}  # partition -> next offset, as committed to the group
+        self.committed: dict[PartitionId, int] = {}  # partition -> next offset, as committed to the group
         self._start: dict[int, int] = {}  # partition -> first offset this mapping saw (before any commit)
         self._next: dict[int, int] = {}  # partition -> next offset expected from the consumer
         self._lose_commit = lose_commit
@@ -223,6 +224,7 @@ class EventSourceMapping:
                 logger.warning("consumer error", extra={"error": error.str()})
                 continue
             record = record_of(message)
+            assert isinstance(record.partition, int)  # a Kafka partition
             expected = self._next.get(record.partition)
             if expected is not None and record.offset < expected:
                 continue  # fetched before a rebalance moved the partition back or forward
@@ -283,6 +285,7 @@ class EventSourceMapping:
         assert self._consumer is not None
         ends: dict[int, int] = {}
         for record in records:
+            assert isinstance(record.partition, int)  # a Kafka partition
             ends[record.partition] = max(ends.get(record.partition, 0), record.offset + 1)
         offsets = [TopicPartition(self.config.topic, partition, end) for partition, end in sorted(ends.items())]
         try:

@@ -1,0 +1,158 @@
+"""The demo's Kafka source: the broker (Tansu, or ``--bootstrap-servers``), the producer and the
+local event source mapping (a consumer group), and ``--recreate-topic``'s second log."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+
+from tidemark.config.model import StreamConfig
+from tidemark.embedded.aws import LocalAws
+from tidemark.embedded.broker import BrokerError, kafka_broker
+from tidemark.embedded.demo_common import DemoError, DemoOptions, DemoUI, Feed, FeedContext
+from tidemark.embedded.esm.batching import BatchLimits
+from tidemark.embedded.esm.invokers import Invoker
+from tidemark.embedded.esm.mapping import EventSourceMapping, MappingConfig
+from tidemark.embedded.kafka_clients import client_settings, kafka_client_log
+from tidemark.embedded.operator import EpochOperator
+from tidemark.embedded.ports import claim_port
+from tidemark.embedded.workload import Order, ensure_topic, produce, recreate_topic
+from tidemark.records.esm import EventSource
+from tidemark.sources import KAFKA, PartitionId
+from tidemark.verify import ExpectedRecord
+
+
+def check_reachable(bootstrap: str, timeout_s: float = 10.0) -> None:
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    try:
+        AdminClient(client_settings(bootstrap)).list_topics(timeout=timeout_s)
+    except KafkaException:
+        raise DemoError(
+            f"cannot reach Kafka at {bootstrap} within {timeout_s:.0f}s: check --bootstrap-servers "
+            "(or leave it out to use the embedded broker)"
+        ) from None
+
+
+def batch_limits(options: DemoOptions, stream: StreamConfig) -> BatchLimits:
+    """The mapping's limits: the stream's source settings unless the demo overrides them."""
+    source = stream.source
+    return BatchLimits(
+        batch_size=options.batch_size or source.batch_size,
+        window_ms=(
+            options.batching_window_ms
+            if options.batching_window_ms is not None
+            else int(source.batching_window.total_seconds() * 1000)
+        ),
+    )
+
+
+class KafkaRunner:
+    kind = KAFKA
+
+    def __init__(self, options: DemoOptions, ui: DemoUI) -> None:
+        self.options = options
+        self.ui = ui
+        self.bootstrap = options.bootstrap_servers or ""
+
+    def start(self, stack: contextlib.ExitStack, workdir: Path) -> str:
+        options = self.options
+        stack.enter_context(kafka_client_log(workdir / "kafka-clients.log"))
+        bootstrap = options.bootstrap_servers
+        if bootstrap is None:
+            self.ui.step("starting the Kafka-protocol broker (Tansu) on loopback")
+            port = claim_port(options.broker_port, option="--broker-port")
+            try:
+                bootstrap = stack.enter_context(kafka_broker(port=port))
+            except BrokerError as exc:
+                raise DemoError(str(exc)) from None
+        check_reachable(bootstrap)
+        self.bootstrap = bootstrap
+        return f"Kafka at {bootstrap}; starting moto (S3 + DynamoDB)"
+
+    def connect(self, aws: LocalAws) -> None:
+        return None
+
+    def feed(self, context: FeedContext) -> Feed:
+        options, stream, orders = context.options, context.stream, context.orders
+        topic = stream.source.topic
+        self.ui.step(f"producing {options.workload.records} orders to {topic!r} ({options.partitions} partitions)")
+        ensure_topic(self.bootstrap, topic, options.partitions)
+        # With --recreate-topic, half the orders go to the topic before it is recreated.
+        first = orders[: len(orders) // 2] if options.recreate_topic else orders
+        expected = produce(
+            self.bootstrap,
+            topic,
+            iter(first),
+            on_progress=lambda n: self.ui.progress("produce", n, len(orders)),
+        )
+        context.lap("produce")
+        self.ui.step("archiving through the local event source mapping" + (" with chaos" if options.chaos else ""))
+        delivery = self._archive(context, expected, context.invoker).stats
+        epochs = None
+        if options.recreate_topic:
+            recreated, again, operator = self._recreate(context, orders[len(first) :])
+            expected += recreated
+            delivery = delivery.plus(again.stats)
+            epochs = {"refused_invocations": operator.refused, "started": operator.epochs}
+        context.lap("archive")
+        return Feed(self.bootstrap, expected, delivery, epochs=epochs)
+
+    def _archive(self, context: FeedContext, expected: list[ExpectedRecord], invoker: Invoker) -> EventSourceMapping:
+        options, source = context.options, context.stream.source
+        ends: dict[PartitionId, int] = {}
+        for item in expected:
+            ends[item.partition] = max(ends.get(item.partition, 0), item.offset + 1)
+        config = MappingConfig(
+            bootstrap_servers=self.bootstrap,
+            topic=source.topic,
+            group_id=f"tidemark-demo-{uuid.uuid4().hex[:8]}",
+            limits=batch_limits(options, context.stream),
+            # The workload is produced before the mapping starts, so it reads from the beginning
+            # whatever the stream's starting_position (LATEST would see nothing).
+            starting_position="TRIM_HORIZON",
+            event_source=EventSource(self.bootstrap, event_source_arn=source.cluster_arn)
+            if source.kind == "msk"
+            else EventSource(self.bootstrap, event_source="SelfManagedKafka"),
+        )
+        total = len(expected)
+        mapping = EventSourceMapping(
+            config,
+            invoker,
+            lose_commit=context.chaos.lose_commit if options.chaos else (lambda: False),
+            on_delivered=lambda _records, _result: self.ui.progress("archive", _done(mapping.committed, ends), total),
+        )
+
+        def caught_up() -> bool:
+            return all(mapping.committed.get(p, 0) >= end for p, end in ends.items())
+
+        with mapping:
+            mapping.run(caught_up)
+        self.ui.progress("archive", total, total)
+        return mapping
+
+    def _recreate(
+        self, context: FeedContext, orders: list[Order]
+    ) -> tuple[list[ExpectedRecord], EventSourceMapping, EpochOperator]:
+        """Delete and create the topic (its offsets restart at 0), produce the rest of the orders,
+        and archive them with a fresh mapping. The archiver refuses the new log's first batch (a
+        position reset); the operator starts epoch 1 at offset 0 and the retry goes through."""
+        stream = context.stream
+        topic, partitions = stream.source.topic, self.options.partitions
+        self.ui.step(f"recreating {topic!r} mid-run: offsets restart at 0; an operator starts a new epoch")
+        recreate_topic(self.bootstrap, topic, partitions)
+        produced = produce(self.bootstrap, topic, iter(orders))
+        operator = EpochOperator(
+            context.invoker, stream, list(range(partitions)), reason="demo: topic recreated mid-run"
+        )
+        mapping = self._archive(context, produced, operator)
+        return [replace(item, epoch=1) for item in produced], mapping, operator
+
+
+def _done(committed: Mapping[PartitionId, int], ends: Mapping[PartitionId, int]) -> int:
+    """Records committed so far (offsets start at 0 on a fresh topic)."""
+    return sum(min(committed.get(p, 0), end) for p, end in ends.items())
