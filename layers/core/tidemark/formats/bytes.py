@@ -66,20 +66,20 @@ CHUNK_ROWS = 512
 CHUNK_BYTES = 4 * 1024 * 1024
 
 
-def encode_record(frame: Frame) -> bytes:
-    """A version 1 record (a 64-bit offset)."""
+def _key_to_headers(frame: Frame, head: bytes) -> bytes:
+    """``head`` (the record's position and times), then key, value and headers: every version."""
     key = frame.key
-    parts = [
-        RECORD_HEAD.pack(frame.offset, frame.timestamp_ms, frame.event_time_ms, -1 if key is None else len(key)),
-        key or b"",
-        U32.pack(len(frame.value)),
-        frame.value,
-        U32.pack(len(frame.headers)),
-    ]
+    parts = [head, key or b"", U32.pack(len(frame.value)), frame.value, U32.pack(len(frame.headers))]
     for name, data in frame.headers:
         name_bytes = name.encode("utf-8")
         parts += [U32.pack(len(name_bytes)), name_bytes, U32.pack(len(data)), data]
     return b"".join(parts)
+
+
+def encode_record(frame: Frame) -> bytes:
+    """A version 1 record (a 64-bit offset)."""
+    key_len = -1 if frame.key is None else len(frame.key)
+    return _key_to_headers(frame, RECORD_HEAD.pack(frame.offset, frame.timestamp_ms, frame.event_time_ms, key_len))
 
 
 def encode_record_2(frame: Frame) -> bytes:
@@ -89,20 +89,9 @@ def encode_record_2(frame: Frame) -> bytes:
     digits = b"%d" % frame.offset
     if len(digits) > 255:
         raise ValueError(f"position {frame.offset}: more than 255 digits")
-    key = frame.key
-    parts = [
-        U8.pack(len(digits)),
-        digits,
-        RECORD_TAIL_2.pack(frame.timestamp_ms, frame.event_time_ms, -1 if key is None else len(key)),
-        key or b"",
-        U32.pack(len(frame.value)),
-        frame.value,
-        U32.pack(len(frame.headers)),
-    ]
-    for name, data in frame.headers:
-        name_bytes = name.encode("utf-8")
-        parts += [U32.pack(len(name_bytes)), name_bytes, U32.pack(len(data)), data]
-    return b"".join(parts)
+    key_len = -1 if frame.key is None else len(frame.key)
+    tail = RECORD_TAIL_2.pack(frame.timestamp_ms, frame.event_time_ms, key_len)
+    return _key_to_headers(frame, U8.pack(len(digits)) + digits + tail)
 
 
 def _short_string(text: str, what: str) -> bytes:

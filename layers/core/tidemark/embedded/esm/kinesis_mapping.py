@@ -42,7 +42,7 @@ from botocore.exceptions import ClientError
 from tidemark.clock import Clock, MonotonicClock
 from tidemark.embedded.esm.batching import BatchBuilder, BatchLimits
 from tidemark.embedded.esm.invokers import Invocation, Invoker
-from tidemark.embedded.esm.mapping import DeliveryError, MappingError, MappingStats
+from tidemark.embedded.esm.mapping import MappingError, MappingStats, invoke_whole
 from tidemark.records.kinesis import STREAM_ARN
 from tidemark.records.kinesis_esm import KinesisSource, build_kinesis_event, kinesis_payload_size
 from tidemark.records.model import Record
@@ -313,27 +313,16 @@ class KinesisEventSourceMapping:
 
     def deliver(self, shard: ShardState, records: list[Record]) -> Invocation:
         """Invoke until the batch succeeds, then checkpoint it (unless chaos loses the checkpoint)."""
-        event = build_kinesis_event(records, self._source)
         first, last = records[0].offset, records[-1].offset
-        for attempt in range(1, self.config.max_attempts + 1):
-            self.stats.invocations += 1
-            result = self.invoker.invoke(event)
-            if result.ok:
-                break
-            self.stats.failed_invocations += 1
-            self.stats.crashed_invocations += result.crashed
-            if result.error and not result.crashed and result.error not in self.stats.errors:
-                self.stats.errors.append(result.error)
-            logger.info("invocation failed; retrying the batch", extra={"attempt": attempt, "error": result.error})
-        else:
-            raise DeliveryError(
-                f"batch of {len(records)} records of {shard.shard_id} starting at sequence number {first} "
-                f"failed {self.config.max_attempts} times; last error: {result.error}"
-            )
+        result = invoke_whole(
+            self.invoker,
+            build_kinesis_event(records, self._source),
+            len(records),
+            self.stats,
+            self.config.max_attempts,
+            f"batch of {len(records)} records of {shard.shard_id} starting at sequence number {first}",
+        )
         self.deliveries.append((shard.shard_id, first, last))
-        self.stats.batches += 1
-        self.stats.records += len(records)
-        self.stats.max_batch = max(self.stats.max_batch, len(records))
         if self._on_delivered is not None:
             self._on_delivered(records, result)
         if self._lose_checkpoint():

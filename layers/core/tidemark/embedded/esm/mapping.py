@@ -115,6 +115,30 @@ class MappingStats:
         )
 
 
+def invoke_whole(
+    invoker: Invoker, event: dict[str, Any], records: int, stats: MappingStats, max_attempts: int, what: str
+) -> Invocation:
+    """Invoke until the batch succeeds -- the same event, whole, every time, as the Lambda mapping
+    retries -- counting attempts, failures and the delivered batch in ``stats``. After
+    ``max_attempts`` failures the mapping stops: ``DeliveryError`` naming ``what``."""
+    for attempt in range(1, max_attempts + 1):
+        stats.invocations += 1
+        result = invoker.invoke(event)
+        if result.ok:
+            break
+        stats.failed_invocations += 1
+        stats.crashed_invocations += result.crashed
+        if result.error and not result.crashed and result.error not in stats.errors:
+            stats.errors.append(result.error)
+        logger.info("invocation failed; retrying the batch", extra={"attempt": attempt, "error": result.error})
+    else:
+        raise DeliveryError(f"{what} failed {max_attempts} times; last error: {result.error}")
+    stats.batches += 1
+    stats.records += records
+    stats.max_batch = max(stats.max_batch, records)
+    return result
+
+
 def record_of(message: Message) -> Record:
     """A consumed message as the common record (what the ESM would base64-encode)."""
     topic, partition, offset = message.topic(), message.partition(), message.offset()
@@ -251,26 +275,15 @@ class EventSourceMapping:
 
     def deliver(self, records: list[Record]) -> Invocation:
         """Invoke until the batch succeeds, then commit its offsets (unless chaos loses them)."""
-        event = build_event(records, self._source)
-        for attempt in range(1, self.config.max_attempts + 1):
-            self.stats.invocations += 1
-            result = self.invoker.invoke(event)
-            if result.ok:
-                break
-            self.stats.failed_invocations += 1
-            self.stats.crashed_invocations += result.crashed
-            if result.error and not result.crashed and result.error not in self.stats.errors:
-                self.stats.errors.append(result.error)
-            logger.info("invocation failed; retrying the batch", extra={"attempt": attempt, "error": result.error})
-        else:
-            first = records[0]
-            raise DeliveryError(
-                f"batch of {len(records)} records starting at {first.topic}-{first.partition}@{first.offset} "
-                f"failed {self.config.max_attempts} times; last error: {result.error}"
-            )
-        self.stats.batches += 1
-        self.stats.records += len(records)
-        self.stats.max_batch = max(self.stats.max_batch, len(records))
+        first = records[0]
+        result = invoke_whole(
+            self.invoker,
+            build_event(records, self._source),
+            len(records),
+            self.stats,
+            self.config.max_attempts,
+            f"batch of {len(records)} records starting at {first.topic}-{first.partition}@{first.offset}",
+        )
         if self._on_delivered is not None:
             self._on_delivered(records, result)
         if self._lose_commit() or not self._commit(records):
