@@ -225,8 +225,10 @@ class SourceConstruct(Construct):
         if stream.source.consumer != "efo":
             return KinesisSource(stream=imported, consumer=None, consumer_name=None)
         # A registered consumer gets the shards' full read throughput for itself (HTTP/2 push).
-        # Replacing it (a new name) gives the mapping a new source ARN, so a new mapping that
-        # starts over at starting_position: from TRIM_HORIZON the ledger drops what was archived.
+        # Replacing it (a new name), or switching between shared and efo, gives the mapping a new
+        # source ARN, so a new mapping that starts over at starting_position: from TRIM_HORIZON the
+        # ledger drops what was archived (sequence numbers are never reused: a replay, not a reset);
+        # from LATEST, what the old mapping had not delivered yet is never delivered.
         name = kinesis_consumer_name(stream)
         consumer = kinesis.StreamConsumer(
             self, f"KinesisConsumer-{stream.name}", stream=imported, stream_consumer_name=name

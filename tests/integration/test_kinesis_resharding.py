@@ -101,3 +101,39 @@ def test_hour_completeness_skips_a_closed_shard_read_to_its_end_and_waits_for_on
     archive.clock.advance(minutes=61)
     report = tracker.run(archive.clock.now_ms())
     assert f"{stream.name}/{hour}" in report.completed, report.waiting
+
+
+def test_a_finished_shard_with_a_quarantined_flush_still_holds_its_hour(archive, moto_endpoint):
+    """Finished and idle is not enough: records of the hour set aside (quarantined) on the closed
+    shard are not in the archive, so the hour must not be declared complete over them."""
+    kinesis = boto3.client("kinesis", endpoint_url=moto_endpoint, region_name="us-east-1")
+    arn, parent, children = _stream_with_a_split(kinesis)
+    config = small_config(kind=KINESIS, max_records=1000)
+    data = config.model_dump(mode="json")
+    data["streams"][0]["source"] = {"kind": KINESIS, "stream_arn": arn}
+    config = type(config).model_validate(data)
+    stream = config.streams[0]
+    workload = make_orders(partitions=1, per_partition=40, hours=1, bad_share=0, late_share=0, seed=3, kind=KINESIS)
+    records = [r._replace(partition=parent) for r in next(iter(workload.records.values()))]
+    runtime = archive.runtime(config)
+    runtime.kinesis_client = kinesis
+    hour = "2026-11-21T08"
+    archive.clock.advance(ms=hour_end_ms(hour, "UTC") + 10 * 60_000 - archive.clock.now_ms())
+    runtime.writer(stream, parent).write(records[:20])
+    runtime.writer(stream, parent).drain()
+    runtime.writer(stream, parent).write(records[20:])
+    for segment in runtime.staging.partition_dir(stream.name, parent).glob("*.seg"):  # storage damage
+        data_bytes = bytearray(segment.read_bytes())
+        data_bytes[20] ^= 0xFF
+        segment.write_bytes(bytes(data_bytes))
+    runtime.writer(stream, parent).drain()
+    state = runtime.ledger.load(stream.name, parent)
+    assert state.quarantined and state.idle and state.holds_hour(hour)
+    value = orjson.dumps({"order_id": "o-next", "created_at": "2026-11-21T09:05:00Z"})
+    later = records[-1]._replace(partition=children[0], offset=records[-1].offset + 10**40, value=value)
+    runtime.writer(stream, children[0]).write([later])  # the parent is finished now
+    runtime.writer(stream, children[0]).drain()
+    archive.clock.advance(minutes=61)
+    report = CompletenessTracker(runtime).run(archive.clock.now_ms())
+    assert f"{stream.name}/{hour}" not in report.completed
+    assert report.waiting[f"{stream.name}/{hour}"] == f"partition {parent} still stages the hour"

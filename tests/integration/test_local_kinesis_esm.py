@@ -31,6 +31,7 @@ from tidemark.embedded.kinesis_stream import (
     list_shards,
     put_orders,
     split_shard,
+    wait_active,
 )
 from tidemark.embedded.lambda_runtime import HandlerRef
 from tidemark.embedded.workload import WorkloadSpec, generate
@@ -290,3 +291,28 @@ def test_a_batch_that_keeps_failing_stops_the_mapping_with_nothing_checkpointed(
         run_to_end(mapping, expected)
 
     assert len(invoker.events) == 3 and mapping.checkpoints == {}
+
+
+def test_after_a_merge_mid_stream_both_parents_are_delivered_to_their_end_before_the_child(
+    client, stream, config, archive
+):
+    parents = ["shardId-000000000000", "shardId-000000000001"]
+    first = put(client, stream, 80, seed=6)
+    invoker = ScriptedArchiver(fail={3})
+    mapping = mapping_for(client, stream, invoker, BatchLimits(batch_size=10, window_ms=50))
+    with mapping:
+        mapping.run(lambda: len(mapping.deliveries) >= 3, idle_timeout_s=20)
+        assert any(mapping.checkpoints.get(p, -1) < max(i.offset for i in first if i.partition == p) for p in parents)
+        client.merge_shards(StreamName=stream.name, ShardToMerge=parents[0], AdjacentShardToMerge=parents[1])
+        wait_active(client, stream.name)
+        (child,) = [s["ShardId"] for s in list_shards(client, stream.name) if s["ShardId"] not in parents]
+        rest = put(client, stream, 60, seed=7)
+        expected = first + rest
+        mapping.run(lambda: mapping.caught_up(ends(expected)), idle_timeout_s=20)
+
+    assert {item.partition for item in rest} == {child}  # both parents closed: all new records in the child
+    shards = [shard for shard, _first, _last in mapping.deliveries]
+    assert max(i for i, shard in enumerate(shards) if shard in parents) < shards.index(child)
+    got = delivered(invoker.events)
+    assert {(r.partition, r.offset) for r in got} == {(i.partition, i.offset) for i in expected}  # at least once
+    archived_exactly_once(archive, config, expected)

@@ -153,18 +153,33 @@ def test_epoch_state_objects_and_starts_survive_the_item_mapping():
     assert object_to_item(replace(committed, epoch=0))["sk"] == "OBJ#raw#00000#00000000000000000003"
 
 
+#: a Kinesis shard's positions: 56-digit sequence numbers with wide gaps (stored as strings)
+WIDE_START, WIDE_GAP = 49590338271490256608559692538361571095921575989136588898, 10**25
+
+
 @settings(max_examples=40, deadline=None)
-@given(hours=st.integers(1, 300), segments=st.integers(1, 4), seed=st.integers(0, 1000))
-def test_the_cheap_bound_never_underestimates_the_item(hours, segments, seed):
+@given(hours=st.integers(1, 300), segments=st.integers(1, 4), seed=st.integers(0, 1000), wide=st.booleans())
+def test_the_cheap_bound_never_underestimates_the_item(hours, segments, seed, wide):
     rng = random.Random(seed)
-    state, offset = PartitionState("orders", 0), 0
+    state = PartitionState("orders", "shardId-000000000001" if wide else 0)
+    offset, gap = (WIDE_START, WIDE_GAP) if wide else (0, 10**6)
     for hour in range(hours):
         key = BufferKey(rng.choice(["raw", "errors"]), f"2025-{1 + hour % 12:02d}-{1 + hour % 28:02d}T{hour % 24:02d}")
         for _ in range(segments):
-            last = offset + rng.randint(0, 10**6)
-            state = state.accept([(key, SegmentStore.planned_ref(key, offset, last, 3, 999, T0))], last, T0)
+            last = offset + rng.randint(0, gap)
+            fingerprints = [(offset, 2**32 - 1), (last, 2**32 - 1)]
+            state = state.accept(
+                [(key, SegmentStore.planned_ref(key, offset, last, 3, 999, T0))], last, T0, fingerprints=fingerprints
+            )
             offset = last + 1
-    sealed = state.seal(dict.fromkeys(list(state.buffers)[: hours // 2 or 1], "max_age"), key_of, T0)
+
+    def wide_key_of(buffer: OpenBuffer) -> str:
+        shard = "shardId-000000000001"
+        return object_key("raw", "orders", buffer.key.hour, shard, buffer.first, buffer.last, "jsonl.gz", digits=129)
+
+    sealed = state.seal(
+        dict.fromkeys(list(state.buffers)[: hours // 2 or 1], "max_age"), wide_key_of if wide else key_of, T0
+    )
     for candidate in (state, sealed):
         assert upper_bound(candidate) >= item_size(state_to_item(candidate))
 
@@ -182,12 +197,15 @@ class _SizingLedger(DynamoDBLedger):
     new_hours=st.integers(1, 60),
     budget_kib=st.integers(4, 64),
     seed=st.integers(0, 1000),
+    wide=st.booleans(),
 )
-def test_an_accept_the_cheap_check_lets_through_always_fits_sealed(existing, new_hours, budget_kib, seed):
+def test_an_accept_the_cheap_check_lets_through_always_fits_sealed(existing, new_hours, budget_kib, seed, wide):
     rng = random.Random(seed)
-    budget = ItemBudget(_SizingLedger(), budget_kib * 1024)
-    spec = "jsonl|gzip|6|orders|text|json|text"
-    state, offset = PartitionState("orders", 0), 0
+    digits = 129 if wide else 20
+    budget = ItemBudget(_SizingLedger(), budget_kib * 1024, position_digits=digits)
+    spec = "jsonl|gzip|6|orders|text|json|text" + ("|||kinesis" if wide else "")
+    state = PartitionState("orders", "shardId-000000000001" if wide else 0)
+    offset = WIDE_START if wide else 0
 
     def key(hour: int) -> BufferKey:
         return BufferKey(rng.choice(["raw", "errors"]), f"2025-01-{1 + hour // 24:02d}T{hour % 24:02d}")
@@ -202,7 +220,8 @@ def test_an_accept_the_cheap_check_lets_through_always_fits_sealed(existing, new
         planned.append((key(hour), SegmentStore.planned_ref(key(hour), offset, last, 1, 9, T0)))
         offset = last + 1
     opened = len({str(k) for k, _ref in planned} - set(state.buffers))
-    if budget.cheap_fits(state, segments=len(planned), new_buffers=opened, buffer_extra=len(spec), key_bound=120):
+    key_bound = 120 + 2 * (digits - 20)
+    if budget.cheap_fits(state, segments=len(planned), new_buffers=opened, buffer_extra=len(spec), key_bound=key_bound):
         accepted = state.accept(planned, offset - 1, T0, spec, fingerprints=[(1, 2**32 - 1), (offset, 2**32 - 1)])
-        sealed = accepted.seal(dict.fromkeys(accepted.buffers, "max_age"), lambda b: f"{b.first:0120d}", T0)
+        sealed = accepted.seal(dict.fromkeys(accepted.buffers, "max_age"), lambda b: "k" * key_bound, T0)
         assert item_size(state_to_item(sealed)) <= budget.budget

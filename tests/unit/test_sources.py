@@ -141,6 +141,7 @@ def test_kinesis_shape() -> None:
             ),
             129,
             128,
+            reuses_positions=False,  # sequence numbers are never handed out twice
         )
         == KINESIS_SHAPE
     )

@@ -46,9 +46,13 @@ def fingerprint(record: Record) -> int:
     return crc
 
 
-def check_positions(state: PartitionState, records: Sequence[Record], source: str) -> None:
+def check_positions(
+    state: PartitionState, records: Sequence[Record], source: str, *, reuses_positions: bool = True
+) -> None:
     """Raise ``PositionResetError`` unless every record at or below the staged offset is a
-    plausible redelivery from ``source``."""
+    plausible redelivery from ``source``. Without ``reuses_positions`` (a Kinesis stream: see
+    ``tidemark.sources.SourceShape``), a record below the fingerprint window is a replay of the
+    same log, not a reset: it is left to dedupe on entry."""
     if source and state.source and source != state.source:
         raise _refused(
             state,
@@ -66,6 +70,8 @@ def check_positions(state: PartitionState, records: Sequence[Record], source: st
         if offset > staged:
             continue
         if offset < window_start:
+            if not reuses_positions:
+                continue  # a replay from further back than any redelivery: already archived
             raise _refused(
                 state,
                 BELOW_WINDOW,

@@ -65,6 +65,13 @@ class SourceShape:
     envelope: EnvelopeNames
     position_digits: int  # zero-padding of positions in object keys
     max_partition_length: int  # characters of a partition id in object keys
+    #: whether one source log can hand out a position again for another record. Kafka does (a
+    #: topic recreated under the same name restarts at offset 0), so a batch far below the
+    #: partition's position is refused until an operator starts an epoch. A Kinesis stream never
+    #: does (sequence numbers grow with time, also across a stream recreated under its name), so
+    #: such a batch is a replay -- a mapping recreated at TRIM_HORIZON -- and its records are
+    #: dropped as already archived.
+    reuses_positions: bool = True
 
     def position_text(self, position: int) -> str:
         return f"{position:0{self.position_digits}d}"
@@ -83,6 +90,7 @@ KINESIS_SHAPE = SourceShape(
     ),
     KINESIS_POSITION_DIGITS,
     128,
+    reuses_positions=False,
 )
 SHAPES = {shape.kind: shape for shape in (KAFKA_SHAPE, KINESIS_SHAPE)}
 #: every envelope field name of any source (what a CSV column may name besides value paths)

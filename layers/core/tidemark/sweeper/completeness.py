@@ -132,10 +132,10 @@ class CompletenessTracker:
             end = hour_end_ms(mark.hour, stream.event_time.timezone)
             blockers: list[str] = []
             for state in states:
-                if state.partition in finished and state.idle:
-                    continue  # a closed shard read to its end: it can never move past anything again
-                if state.holds_hour(mark.hour):
+                if state.holds_hour(mark.hour):  # open, sealed or quarantined: never complete over it
                     blockers.append(f"partition {state.partition} still stages the hour")
+                elif state.partition in finished and state.idle:
+                    continue  # a closed shard read to its end: it can never move past anything again
                 elif (reason := why_not_past(end, lateness, state, now_ms)) is not None:
                     blockers.append(reason)
             if blockers:

@@ -4,8 +4,9 @@ When a shard splits or merges, its parents close and children begin; the Lambda 
 parent to its end before it starts any of its children. So a closed shard is *finished* -- no
 record of it will ever be delivered again -- once any child of it has accepted a record in the
 ledger. A finished shard with nothing staged holds no event hour back, however old its
-watermark: without this, every hour after a resharding would wait ``allowed_lateness`` for a
-shard that can never move again.
+watermark (one still holding records of the hour -- a quarantined flush included -- does):
+without this, every hour after a resharding would wait ``allowed_lateness`` for a shard that can
+never move again.
 
 The lineage comes from ``ListShards`` (the sweeper's role may call it on the stream). Shards that
 never received a record are registered too, so the sweeper sees every shard of the stream.

@@ -22,13 +22,26 @@ _FINGERPRINT = 48
 _ITEM_OVERHEAD = 700  # top-level attributes and their names
 
 
+_NARROW = 10**19  # positions below this fit the overheads above (a JSON number of up to 19 digits)
+_BASE36_DIGITS = 83  # a wide segment name's positions (tidemark.staging.store)
+
+
+def _position_extra(position: int) -> int:
+    """Characters a position takes in the body beyond what the overheads allow: a wide one (a
+    Kinesis sequence number) is stored as a quoted decimal string."""
+    return 0 if position < _NARROW else len(str(position)) + 2 - 19
+
+
 def _buffer_bound(buffer: OpenBuffer) -> int:
     # the buffer key is written twice: as the map's key (or in a flush id) and in the buffer
     return (
         _BUFFER_OVERHEAD
         + len(buffer.spec)
         + 2 * len(str(buffer.key))
-        + sum(len(segment.name) + _SEGMENT_OVERHEAD for segment in buffer.segments)
+        + sum(
+            len(segment.name) + _SEGMENT_OVERHEAD + _position_extra(segment.first) + _position_extra(segment.last)
+            for segment in buffer.segments
+        )
     )
 
 
@@ -41,7 +54,7 @@ def upper_bound(state: PartitionState) -> int:
         _buffer_bound(q.flush.buffer) + len(q.flush.object_key) + _SEAL_OVERHEAD + len(q.error) + 40
         for q in state.quarantined.values()
     )
-    body += len(state.fingerprints) * _FINGERPRINT
+    body += sum(_FINGERPRINT + _position_extra(offset) for offset, _crc in state.fingerprints)
     return int(body * 1.01) + 64 + _ITEM_OVERHEAD + len(state.stream) * 2 + len(state.source)
 
 
@@ -49,10 +62,16 @@ _SEGMENT_NAME = 96  # errors_<hour>_<first>-<last>_<created>_<nonce>.seg is 93 c
 
 
 class ItemBudget:
-    def __init__(self, ledger: Ledger, budget_bytes: int) -> None:
+    def __init__(self, ledger: Ledger, budget_bytes: int, position_digits: int = 20) -> None:
+        """``position_digits``: the widest position of the source (``SourceShape``), which sizes
+        the segment references and fingerprints an accept adds before they exist."""
         self._ledger = ledger
         self.budget = budget_bytes
         self._bound: tuple[PartitionState, int] | None = None  # the last state's upper bound
+        wide = position_digits > 19
+        extra = position_digits + 2 - 19 if wide else 0
+        self._segment = _SEGMENT_NAME + (2 * (_BASE36_DIGITS - 20) if wide else 0) + _SEGMENT_OVERHEAD + 2 * extra
+        self._fingerprint = _FINGERPRINT + extra
 
     def _upper_bound(self, state: PartitionState) -> int:
         if self._bound is None or self._bound[0] is not state:
@@ -68,10 +87,10 @@ class ItemBudget:
         ``False`` means: measure it (``fits_sealed``)."""
         grown = (
             self._upper_bound(state)
-            + segments * (_SEGMENT_NAME + _SEGMENT_OVERHEAD)
+            + segments * self._segment
             + new_buffers * (_BUFFER_OVERHEAD + 2 * buffer_extra + 64)
             + (len(state.buffers) + new_buffers) * (key_bound + _SEAL_OVERHEAD)
-            + 2 * _FINGERPRINT
+            + 2 * self._fingerprint
         )
         return int(grown * 1.01) + 64 <= self.budget
 

@@ -101,7 +101,9 @@ class PartitionWriter:
         self._cache = state_cache if state_cache is not None else {}
         self._gc_times = gc_times if gc_times is not None else {}
         self._key = (stream.name, partition)
-        self._budget = ItemBudget(ledger, int(stream.archive.ledger_item_budget))
+        self._budget = ItemBudget(
+            ledger, int(stream.archive.ledger_item_budget), stream.config.source.shape.position_digits
+        )
         self._key_bound = stream.max_key_length  # no object key of this partition is longer
         # No new buffer's spec and folders are longer.
         self._buffer_extra = (
@@ -241,8 +243,9 @@ class PartitionWriter:
         """
         if not records:
             return state
+        reuses = self.stream.config.source.shape.reuses_positions
         try:
-            check_positions(state, records, source)
+            check_positions(state, records, source, reuses_positions=reuses)
         except PositionResetError:
             # This container's cached state may predate an epoch another process started: only
             # the stored state can refuse a batch.
@@ -250,7 +253,7 @@ class PartitionWriter:
             if stored.version == state.version:
                 raise
             state = stored
-            check_positions(state, records, source)
+            check_positions(state, records, source, reuses_positions=reuses)
         epoch = state.epoch
         routed, sources = self._route_new(records, state.staged_offset)
         conflicts_left = self.stream.archive.max_accept_attempts

@@ -157,6 +157,7 @@ class KinesisEventSourceMapping:
         self._started = False
         self._discovered_ms: int | None = None
         self._turn = 0  # where the next round-robin round starts
+        self._gone: set[str] = set()  # parents ListShards no longer lists: nothing left to read
 
     # -- shards -----------------------------------------------------------------------------------
 
@@ -201,8 +202,13 @@ class KinesisEventSourceMapping:
         return state
 
     def _ready(self, shard: ShardState) -> bool:
-        """Every parent finished; a parent the mapping never saw (past the stream's retention, no
-        longer listed) has nothing left to read."""
+        """Every parent finished. A parent the mapping has not seen yet (a child learned from
+        ``ChildShards`` may name one created since the last listing) is looked for with ListShards
+        first; only one ListShards no longer lists (past the stream's retention) has nothing left."""
+        unknown = [parent for parent in shard.parents if parent not in self.shards and parent not in self._gone]
+        if unknown:
+            self.discover()
+            self._gone.update(parent for parent in unknown if parent not in self.shards)
         return all(parent not in self.shards or self.shards[parent].finished for parent in shard.parents)
 
     def _iterator(self, shard: ShardState) -> str:
