@@ -8,12 +8,15 @@ a migration to another cluster, a truncated log -- and dropping those records as
 would lose them. The ledger keeps what it needs to tell the two apart:
 
 * the **source** of the epoch's positions (an MSK cluster and topic, a Kinesis stream's ARN; see
-  ``PartitionBatch.source``): a batch
-  from another source is never a redelivery;
+  ``PartitionBatch.source``): a batch from another source is never a redelivery;
 * a window of **fingerprints**: (offset, CRC-32 of timestamp, key, value and headers) of the first
   and last record of each recent accept. A redelivered record at a fingerprinted offset has the
   same fingerprint; one below the window's oldest offset is further back than any redelivery
   the mapping makes.
+
+A Kinesis stream never hands a sequence number out twice, so there a record further back than
+the window is a replay of the same log (a mapping recreated at TRIM_HORIZON), dropped by dedupe
+on entry rather than refused.
 
 Anything a redelivery cannot explain raises ``PositionResetError``: the batch is refused (the
 mapping retries it, nothing is dropped or overwritten), the archiver counts ``PositionResets``
