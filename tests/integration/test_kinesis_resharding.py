@@ -11,14 +11,18 @@ checked from S3 record by record.
 from __future__ import annotations
 
 import uuid
+from typing import NamedTuple
 
 import boto3
 import orjson
 
 from tests.support.harness import EsmModel, assert_exactly_once, small_config
 from tests.support.workload import make_orders
+from tidemark.config import StreamConfig, parse_config
 from tidemark.eventtime import hour_end_ms
 from tidemark.faults import AFTER_SEAL, AFTER_UPLOAD, BEFORE_UPLOAD, CrashAt
+from tidemark.records.model import Record
+from tidemark.runtime import Runtime
 from tidemark.sources import KINESIS
 from tidemark.sweeper.completeness import CompletenessTracker
 
@@ -52,88 +56,90 @@ def test_split_then_merge_mid_stream_is_exactly_once(archive):
     assert_exactly_once(archive, config, esm)
 
 
-def _stream_with_a_split(kinesis) -> tuple[str, str, list[str]]:
+HOUR = "2026-11-21T08"
+
+
+class Split(NamedTuple):
+    """A real (moto) stream whose one shard was split, a runtime archiving it, and the parent's
+    records: one event hour, the clock 10 minutes past its end."""
+
+    runtime: Runtime
+    stream: StreamConfig
+    parent: str
+    children: list[str]
+    records: list[Record]
+
+    def child_accepts(self) -> None:
+        """A child accepts (and flushes) a record: the mapping has read the parent to its end."""
+        value = orjson.dumps({"order_id": "o-next", "created_at": "2026-11-21T09:05:00Z"})
+        later = self.records[-1]._replace(partition=self.children[0], offset=self.records[-1].offset + 10**40)
+        self.runtime.writer(self.stream, self.children[0]).write([later._replace(value=value)])
+        self.runtime.writer(self.stream, self.children[0]).drain()
+
+
+def split_stream(archive, moto_endpoint) -> Split:
+    kinesis = boto3.client("kinesis", endpoint_url=moto_endpoint, region_name="us-east-1")
     name = f"orders-{uuid.uuid4().hex[:8]}"
     kinesis.create_stream(StreamName=name, ShardCount=1)
     arn = kinesis.describe_stream_summary(StreamName=name)["StreamDescriptionSummary"]["StreamARN"]
     (shard,) = kinesis.list_shards(StreamARN=arn)["Shards"]
     middle = (int(shard["HashKeyRange"]["StartingHashKey"]) + int(shard["HashKeyRange"]["EndingHashKey"])) // 2
     kinesis.split_shard(StreamName=name, ShardToSplit=shard["ShardId"], NewStartingHashKey=str(middle))
-    children = [s["ShardId"] for s in kinesis.list_shards(StreamARN=arn)["Shards"] if s["ShardId"] != shard["ShardId"]]
-    return arn, shard["ShardId"], children
-
-
-def test_hour_completeness_skips_a_closed_shard_read_to_its_end_and_waits_for_one_that_is_not(archive, moto_endpoint):
-    kinesis = boto3.client("kinesis", endpoint_url=moto_endpoint, region_name="us-east-1")
-    arn, parent, children = _stream_with_a_split(kinesis)
-    config = small_config(kind=KINESIS, max_records=1000)
-    data = config.model_dump(mode="json")
+    parent = shard["ShardId"]
+    children = [s["ShardId"] for s in kinesis.list_shards(StreamARN=arn)["Shards"] if s["ShardId"] != parent]
+    data = small_config(kind=KINESIS, max_records=1000).model_dump(mode="json")
     data["streams"][0]["source"] = {"kind": KINESIS, "stream_arn": arn}
-    config = type(config).model_validate(data)
-    stream = config.streams[0]
+    config = parse_config(data)
     # The parent's records, all in one hour (a workload of one shard, renamed to the real one).
     workload = make_orders(partitions=1, per_partition=40, hours=1, bad_share=0, late_share=0, seed=3, kind=KINESIS)
     records = [r._replace(partition=parent) for r in next(iter(workload.records.values()))]
     runtime = archive.runtime(config)
     runtime.kinesis_client = kinesis
-    hour = "2026-11-21T08"
-    archive.clock.advance(ms=hour_end_ms(hour, "UTC") + 10 * 60_000 - archive.clock.now_ms())  # 10 min past
-    runtime.writer(stream, parent).write(records)
+    archive.clock.advance(ms=hour_end_ms(HOUR, "UTC") + 10 * 60_000 - archive.clock.now_ms())  # 10 min past
+    return Split(runtime, config.streams[0], parent, children, records)
+
+
+def test_hour_completeness_skips_a_closed_shard_read_to_its_end_and_waits_for_one_that_is_not(archive, moto_endpoint):
+    split = split_stream(archive, moto_endpoint)
+    runtime, stream, parent, children = split.runtime, split.stream, split.parent, split.children
+    runtime.writer(stream, parent).write(split.records)
     runtime.writer(stream, parent).drain()  # everything of the parent committed: it is idle
     tracker = CompletenessTracker(runtime)
+    hour = f"{stream.name}/{HOUR}"
 
     # No child has accepted anything yet: the mapping may still owe records of the parent.
     report = tracker.run(archive.clock.now_ms())
-    assert f"{stream.name}/{hour}" in report.waiting
-    assert f"partition {parent} watermark" in report.waiting[f"{stream.name}/{hour}"]
+    assert f"partition {parent} watermark" in report.waiting[hour]
     # The children were registered from ListShards although they never staged anything.
     assert runtime.ledger.partitions(stream.name) >= {parent, *children}
 
-    # A child accepted a record (and flushed it): the parent was read to its end.
-    value = orjson.dumps({"order_id": "o-next", "created_at": "2026-11-21T09:05:00Z"})
-    later = records[-1]._replace(partition=children[0], offset=records[-1].offset + 10**40, value=value)
-    runtime.writer(stream, children[0]).write([later])
-    runtime.writer(stream, children[0]).drain()
+    split.child_accepts()
     report = tracker.run(archive.clock.now_ms())
     # The other child is open and quiet: it still holds the hour until allowed_lateness passes.
-    assert f"partition {children[1]} watermark" in report.waiting[f"{stream.name}/{hour}"]
-    assert parent not in report.waiting[f"{stream.name}/{hour}"]
+    assert f"partition {children[1]} watermark" in report.waiting[hour]
+    assert parent not in report.waiting[hour]
     archive.clock.advance(minutes=61)
     report = tracker.run(archive.clock.now_ms())
-    assert f"{stream.name}/{hour}" in report.completed, report.waiting
+    assert hour in report.completed, report.waiting
 
 
 def test_a_finished_shard_with_a_quarantined_flush_still_holds_its_hour(archive, moto_endpoint):
     """Finished and idle is not enough: records of the hour set aside (quarantined) on the closed
     shard are not in the archive, so the hour must not be declared complete over them."""
-    kinesis = boto3.client("kinesis", endpoint_url=moto_endpoint, region_name="us-east-1")
-    arn, parent, children = _stream_with_a_split(kinesis)
-    config = small_config(kind=KINESIS, max_records=1000)
-    data = config.model_dump(mode="json")
-    data["streams"][0]["source"] = {"kind": KINESIS, "stream_arn": arn}
-    config = type(config).model_validate(data)
-    stream = config.streams[0]
-    workload = make_orders(partitions=1, per_partition=40, hours=1, bad_share=0, late_share=0, seed=3, kind=KINESIS)
-    records = [r._replace(partition=parent) for r in next(iter(workload.records.values()))]
-    runtime = archive.runtime(config)
-    runtime.kinesis_client = kinesis
-    hour = "2026-11-21T08"
-    archive.clock.advance(ms=hour_end_ms(hour, "UTC") + 10 * 60_000 - archive.clock.now_ms())
-    runtime.writer(stream, parent).write(records[:20])
+    split = split_stream(archive, moto_endpoint)
+    runtime, stream, parent = split.runtime, split.stream, split.parent
+    runtime.writer(stream, parent).write(split.records[:20])
     runtime.writer(stream, parent).drain()
-    runtime.writer(stream, parent).write(records[20:])
+    runtime.writer(stream, parent).write(split.records[20:])
     for segment in runtime.staging.partition_dir(stream.name, parent).glob("*.seg"):  # storage damage
-        data_bytes = bytearray(segment.read_bytes())
-        data_bytes[20] ^= 0xFF
-        segment.write_bytes(bytes(data_bytes))
+        data = bytearray(segment.read_bytes())
+        data[20] ^= 0xFF
+        segment.write_bytes(bytes(data))
     runtime.writer(stream, parent).drain()
     state = runtime.ledger.load(stream.name, parent)
-    assert state.quarantined and state.idle and state.holds_hour(hour)
-    value = orjson.dumps({"order_id": "o-next", "created_at": "2026-11-21T09:05:00Z"})
-    later = records[-1]._replace(partition=children[0], offset=records[-1].offset + 10**40, value=value)
-    runtime.writer(stream, children[0]).write([later])  # the parent is finished now
-    runtime.writer(stream, children[0]).drain()
+    assert state.quarantined and state.idle and state.holds_hour(HOUR)
+    split.child_accepts()  # the parent is finished now
     archive.clock.advance(minutes=61)
     report = CompletenessTracker(runtime).run(archive.clock.now_ms())
-    assert f"{stream.name}/{hour}" not in report.completed
-    assert report.waiting[f"{stream.name}/{hour}"] == f"partition {parent} still stages the hour"
+    assert f"{stream.name}/{HOUR}" not in report.completed
+    assert report.waiting[f"{stream.name}/{HOUR}"] == f"partition {parent} still stages the hour"

@@ -7,7 +7,6 @@ their records and end (ChildShards, no NextShardIterator), new records go only t
 from __future__ import annotations
 
 import hashlib
-import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -16,6 +15,8 @@ from typing import Any
 
 import boto3
 import pytest
+
+from tidemark.embedded.kinesis_stream import wait_active
 
 MAX_HASH_KEY = 2**128 - 1
 
@@ -59,13 +60,6 @@ def stream(kinesis: Any) -> Iterator[str]:
     wait_active(kinesis, name)
     yield name
     kinesis.delete_stream(StreamName=name)
-
-
-def wait_active(kinesis: Any, stream: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while kinesis.describe_stream_summary(StreamName=stream)["StreamDescriptionSummary"]["StreamStatus"] != "ACTIVE":
-        assert time.monotonic() < deadline, f"stream {stream} did not become ACTIVE"
-        time.sleep(0.05)
 
 
 def put(kinesis: Any, stream: str, tag: str, count: int, explicit_hash_keys: tuple[int, ...] = ()) -> list[Put]:

@@ -737,7 +737,6 @@ def test_kinesis_source_takes_its_topic_from_the_stream_arn() -> None:
         "consumer": "shared",
         "parallelization_factor": 1,
     }
-    assert stream.source.stream_name == "click_stream.v2"
     assert stream.source.shape is KINESIS_SHAPE
     assert stream.csv_columns == (
         "stream",

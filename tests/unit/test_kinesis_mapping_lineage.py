@@ -55,8 +55,8 @@ class Accepting:
         return Invocation(ok=True, response=None)
 
 
-def test_a_child_waits_for_a_parent_it_learned_of_only_from_child_shards() -> None:
-    client = ScriptedKinesis()
+def delivered_shards(client: ScriptedKinesis, rounds: int = 8) -> list[str]:
+    """The shard of each event a mapping over ``client`` delivers in ``rounds`` polls, in order."""
     mapping = KinesisEventSourceMapping(
         KinesisMappingConfig(ARN, limits=BatchLimits(window_ms=0)),
         client,
@@ -65,9 +65,14 @@ def test_a_child_waits_for_a_parent_it_learned_of_only_from_child_shards() -> No
         sleep=lambda _s: None,
     )
     mapping.start()
-    for _ in range(8):
+    for _ in range(rounds):
         mapping.poll()
-    shards = [shard for shard, _first, _last in mapping.deliveries]
+    return [shard for shard, _first, _last in mapping.deliveries]
+
+
+def test_a_child_waits_for_a_parent_it_learned_of_only_from_child_shards() -> None:
+    client = ScriptedKinesis()
+    shards = delivered_shards(client)
     assert set(shards) == {"shardId-A", "shardId-B1", "shardId-C"}
     assert shards.index("shardId-C") > max(shards.index("shardId-A"), shards.index("shardId-B1"))
     assert client.listings >= 2  # the unknown parent was looked for
@@ -80,15 +85,5 @@ def test_a_parent_no_longer_listed_has_nothing_left_to_read() -> None:
             return {"Shards": [{"ShardId": "shardId-A", "SequenceNumberRange": {"StartingSequenceNumber": "1"}}]}
 
     client = Expired()
-    mapping = KinesisEventSourceMapping(
-        KinesisMappingConfig(ARN, limits=BatchLimits(window_ms=0)),
-        client,
-        Accepting(),
-        clock=FixedClock(),
-        sleep=lambda _s: None,
-    )
-    mapping.start()
-    for _ in range(8):
-        mapping.poll()
-    assert [shard for shard, _first, _last in mapping.deliveries] == ["shardId-A", "shardId-C"]
+    assert delivered_shards(client) == ["shardId-A", "shardId-C"]
     assert client.listings == 2  # looked for once, then known to be gone

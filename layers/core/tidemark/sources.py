@@ -33,6 +33,8 @@ KINESIS = "kinesis"
 SHARD_ID = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,127}$")
 #: the Kinesis API's sequence number: up to 129 decimal digits
 SEQUENCE_NUMBER = re.compile(r"^(0|[1-9][0-9]{0,128})$")
+#: a Kinesis data stream's ARN (the config's ``stream_arn``, the events' ``eventSourceARN``)
+KINESIS_STREAM_ARN = r"^arn:aws[a-z-]*:kinesis:[a-z0-9-]+:\d{12}:stream/[A-Za-z0-9_.-]{1,128}$"
 KINESIS_POSITION_DIGITS = 129
 KAFKA_POSITION_DIGITS = 20  # a signed 64-bit offset has at most 19 digits
 

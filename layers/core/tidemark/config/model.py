@@ -27,9 +27,8 @@ from tidemark.config.deployment import (
 )
 from tidemark.config.units import Bytes, Duration, to_ms
 from tidemark.names import S3_PREFIX, STREAM_NAME, TOPIC_NAME
-from tidemark.sources import ALL_ENVELOPE_COLUMNS, KAFKA_SHAPE, SourceShape, shape_of
+from tidemark.sources import ALL_ENVELOPE_COLUMNS, KAFKA_SHAPE, KINESIS_STREAM_ARN, SourceShape, shape_of
 
-KINESIS_STREAM_ARN = r"^arn:aws[a-z-]*:kinesis:[a-z0-9-]+:\d{12}:stream/[A-Za-z0-9_.-]{1,128}$"
 MSK_CLUSTER_ARN = r"^arn:aws[a-z-]*:kafka:[a-z0-9-]+:\d{12}:cluster/[A-Za-z0-9-]{1,64}/[A-Za-z0-9-]+$"
 IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
 
@@ -118,11 +117,6 @@ class SourceConfig(_Model):
     def shape(self) -> SourceShape:
         """Names and widths of this source kind below the adapters (``tidemark.sources``)."""
         return shape_of(self.kind)
-
-    @property
-    def stream_name(self) -> str:
-        """The log the records come from: the Kafka topic or the Kinesis stream's name."""
-        return self.topic
 
 
 class EventTimeConfig(_Model):

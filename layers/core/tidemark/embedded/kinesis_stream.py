@@ -49,7 +49,7 @@ class StreamRef:
         match = STREAM_ARN.fullmatch(arn)
         if match is None:
             raise KinesisStreamError(f"{arn!r} is not a Kinesis stream ARN")
-        return cls(match["name"], arn.split(":")[3], arn)
+        return cls(arn.rsplit("/", 1)[1], arn.split(":")[3], arn)
 
 
 def kinesis_client(endpoint: str, region: str) -> KinesisClient:

@@ -27,10 +27,10 @@ from aws_lambda_powertools.utilities.data_classes.kinesis_stream_event import Ki
 
 from tidemark.exceptions import MalformedEventError
 from tidemark.records.model import PartitionBatch, Record
-from tidemark.sources import KINESIS, SEQUENCE_NUMBER, SHARD_ID
+from tidemark.sources import KINESIS, KINESIS_STREAM_ARN, SEQUENCE_NUMBER, SHARD_ID
 
 EVENT_SOURCE = "aws:kinesis"
-STREAM_ARN = re.compile(r"^arn:aws[a-z-]*:kinesis:[a-z0-9-]+:\d{12}:stream/(?P<name>[A-Za-z0-9_.-]{1,128})$")
+STREAM_ARN = re.compile(KINESIS_STREAM_ARN)
 _THOUSAND = Decimal(1000)
 
 
@@ -51,7 +51,7 @@ def stream_name(arn: str) -> str:
     match = STREAM_ARN.fullmatch(arn)
     if match is None:
         raise MalformedEventError(f"eventSourceARN {arn!r} is not a Kinesis stream ARN")
-    return match["name"]
+    return arn.rsplit("/", 1)[1]
 
 
 def arrival_ms(seconds: object, position: int) -> int:

@@ -118,14 +118,14 @@ class CompletenessTracker:
         pending = [mark for mark in ledger.hour_marks(stream.name) if not mark.complete]
         if not pending:
             return
-        finished: set[str] = set()
-        if stream.source.stream_arn is not None:  # a Kinesis stream: every shard, and the finished ones
+        shards = None  # a Kinesis stream's shards: every one counts, finished ones are told apart
+        if stream.source.stream_arn is not None:
             shards = try_list_shards(self.runtime.kinesis, stream.source.stream_arn)
-            if shards:
-                ledger.register_partitions(stream.name, set(shards))
-        states = [ledger.load(stream.name, ref.partition) for ref in discover(self.runtime, stream.name)]
-        if stream.source.stream_arn is not None and shards:
-            finished = finished_shards(shards, {str(s.partition): s for s in states if isinstance(s.partition, str)})
+        refs = discover(self.runtime, stream.name, shards or ())
+        states = [ledger.load(stream.name, ref.partition) for ref in refs]
+        finished: set[str] = set()
+        if shards:
+            finished = finished_shards(shards, {s.partition: s for s in states if isinstance(s.partition, str)})
         lateness = stream.completeness.allowed_lateness_ms
         for mark in pending:
             name = f"{stream.name}/{mark.hour}"

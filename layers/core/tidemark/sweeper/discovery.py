@@ -3,6 +3,7 @@ ever seen (the ledger's registry), so an idle partition still counts for hour co
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from tidemark.runtime import Runtime
@@ -18,12 +19,14 @@ class PartitionRef:
         return {"stream": self.stream, "partition": self.partition}
 
 
-def discover(runtime: Runtime, stream: str) -> list[PartitionRef]:
-    """Partitions of ``stream`` with staging, registered in the ledger as a side effect."""
-    on_disk = set(runtime.staging.partitions(stream))
+def discover(runtime: Runtime, stream: str, listed: Iterable[PartitionId] = ()) -> list[PartitionRef]:
+    """Partitions of ``stream`` with staging, plus those the source ``listed`` (a Kinesis stream's
+    shards, some of which may never have received a record), registered in the ledger as a side
+    effect: only the new ones, so a sweep that finds nothing new writes nothing."""
+    seen = set(runtime.staging.partitions(stream)) | set(listed)
     known = runtime.ledger.partitions(stream)
-    runtime.ledger.register_partitions(stream, on_disk - known)
-    return [PartitionRef(stream, partition) for partition in sorted(on_disk | known, key=partition_sort_key)]
+    runtime.ledger.register_partitions(stream, seen - known)
+    return [PartitionRef(stream, partition) for partition in sorted(seen | known, key=partition_sort_key)]
 
 
 def discover_all(runtime: Runtime) -> list[PartitionRef]:
