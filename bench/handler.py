@@ -1,4 +1,4 @@
-"""Throughput and memory benchmark of the archiver Lambda handler, end to end, in one process.
+"""Throughput, memory and cold-start benchmark of the archiver Lambda handler, end to end, in one process.
 
 What is measured
     ``functions/archiver/handler.py::lambda_handler`` invoked once per MSK event source mapping
@@ -11,40 +11,101 @@ What is measured
     round trips instead, so treat the absolute numbers as "CPU cost of the handler on this box",
     not as Lambda latency.
 
+Workloads
+    ``--partitions`` is a list (default ``1,10``): one workload per entry, measured one after the
+    other in the same run, each with the same ``--batches`` x ``--batch-size`` records spread over
+    that many partitions of the topic in every event (MSK batches mix partitions; with 10
+    partitions and 1,000-record batches each partition gets 100 records per batch). Every
+    workload gets its own handler pass from a fresh state -- a new staging/spool directory, a new
+    ``mock_aws()`` context with a new bucket and table, every ``tidemark`` module dropped from
+    ``sys.modules`` and the handler file imported again (a new ``ARCHIVER``/``Runtime``, so no
+    writer, partition state or module-level cache of one workload reaches the next) -- and its
+    own baseline pass over the very same events. After its handler pass the harness undoes the
+    ``gc.freeze()`` the handler does at import (frozen objects are never collected) and
+    collects, so the workload's handler module, ARCHIVER and clients are freed before the next
+    one starts (``handler_released`` says whether they were).
+
 Baseline
     On the same events, in the same run, timed the same way: base64-decode every record value,
     append the bytes to one file and fsync once per batch. That is the floor any durable
     archiver has to pay; ``baseline_ratio = handler_time / baseline_time`` says how far above
-    that floor the handler runs.
+    that floor the handler runs, end to end with its flushes. ``staging_baseline_ratio`` is the
+    same on the batches that flushed nothing (the staging path, the conditional ledger write
+    included) against the baseline's time for those very batches; ``flush_records_per_s`` is
+    records committed / (time of the flushing batches - as many mean staging batches), an
+    estimate of the flush path alone.
 
 Events
     ESM-shaped ``aws:kafka`` events (records keyed ``orders-<partition>``, base64 key/value,
     header byte arrays) of ~200-byte JSON orders whose ``created_at`` (epoch ms) moves evenly
     through the two whole hours before the current one (+-30 s jitter; 2% arrive 10-60 min late),
-    so the flush pattern does not depend on the time of day. Each batch is built deterministically from
-    its index, outside the timed region, just before it is used (the handler pass and the
-    baseline pass see identical events; a digest proves it). They are not all kept in memory
-    at once so that ``peak_rss_mb`` is the handler's footprint, not the test corpus's.
+    so the flush pattern does not depend on the time of day. Record ``n`` of the run (in batch
+    order, the partitions of a batch interleaved) sits at ``n / records`` of the two hours,
+    whatever the number of partitions, and each partition's offsets are contiguous across
+    batches. Each batch is built deterministically from its index, outside the timed region,
+    just before it is used (the handler pass and the baseline pass see identical events; a
+    digest proves it). They are not all kept in memory at once so that ``peak_rss_mb`` is the
+    handler's footprint, not the test corpus's.
 
 Memory
-    ``peak_rss_mb`` is ``ru_maxrss``; ``rss_mb_after_warmup`` (after the first 10% of batches)
-    and ``rss_mb_end`` are current RSS from ``/proc/self/statm`` -- they should be close if
-    memory is flat in the number of batches. Both include moto's copy of every committed object
-    (~6 MB each here) and whatever the allocator keeps after a flush's transient peak. moto's
-    own bookkeeping of every model instance it ever created is dropped after each batch
-    (untimed), since it would otherwise keep every version of the ledger item.
+    ``peak_rss_mb`` is the workload's peak RSS (``VmHWM``, reset through ``/proc/self/clear_refs``
+    when a workload starts, so it includes what earlier workloads left allocated -- see
+    ``rss_mb_start``; without that reset it falls back to ``ru_maxrss`` of the whole process and
+    ``peak_rss_scope`` says ``process``). ``rss_mb_after_warmup`` (after the first 10% of batches)
+    and ``rss_mb_end`` are current RSS from ``/proc/self/statm``; ``rss_growth_mb`` is their
+    difference and should stay near 0 if memory is flat in the number of batches (try
+    ``--batches 600``); ``rss_mb_samples`` is current RSS after every 10% of the batches, to tell
+    a step from a climb. RSS includes whatever the allocator keeps after a flush's transient
+    peak (a step at the first flush, which may come after the warm-up). It does not include
+    moto's copy of the committed objects (``s3_object_mb``): moto keeps each one in a spooled
+    temporary file, which this harness makes spill to disk at once
+    (``MOTO_S3_DEFAULT_KEY_BUFFER_SIZE=1``; by default only objects above ~5 MiB do, and 600
+    batches over 10 partitions left ~27 MiB of smaller objects in RSS). moto's own bookkeeping
+    of every model instance it ever created is dropped after each batch (untimed), since it
+    would otherwise keep every version of the ledger item.
+
+Cold start
+    ``cold_start_ms`` is the time to import the handler module (which builds the Archiver at
+    import: reads the config, creates the boto3 clients) plus its first invocation on one batch
+    (batch 0 of the first workload), in a fresh interpreter: this file run again with a hidden
+    ``--cold-start-child`` flag, ``--cold-start-runs`` times (default 5) after one discarded
+    warm-up child. The child starts ``mock_aws`` and creates the bucket and table (through a
+    private boto3 session, so the handler still builds the default session and loads the service
+    models itself) BEFORE the timer starts, then imports the handler exactly like Lambda
+    (``spec_from_file_location``). Reported: the fastest child (``cold_start_ms`` and its split
+    ``cold_start_import_ms`` + ``cold_start_first_invoke_ms``), plus ``cold_start_median_ms`` and
+    every sample. The minimum, not the median: on a shared machine the noise is one-sided (a
+    neighbour's job only ever adds time) and comes in bursts, so with 5 samples the median jumps
+    between "quiet" and "contended" (seen: 544-551 ms vs 1165-1212 ms in one run); the minimum
+    is the figure least affected (still: if every child was contended, it is too -- look at
+    the samples). Caveats: it is a relative figure, to compare commits on one machine, not a
+    Lambda init duration. ``.pyc`` caches are warm (the interpreter is the normal one and the
+    warm-up child writes any missing bytecode), as in a Lambda whose layer ships bytecode. Every
+    module moto imported before the timer is not counted -- boto3, botocore, s3transfer, yaml,
+    dateutil, urllib3 and more -- so ``cold_start_boto3_import_ms`` (the child's ``import boto3``,
+    its first statement) is reported on the side: in Lambda it is paid on top.
 
 Output
-    Progress on stderr; the last stdout line is one JSON object. Besides the headline keys it
-    carries ``moto_seconds`` (time moto spent serving the handler's requests) and
+    Progress on stderr; the last stdout line is one JSON object. Its top-level keys are the
+    FIRST workload's (as before this file measured several: ``records_per_s``, ``baseline_ratio``,
+    ``staging_baseline_ratio``, ``peak_rss_mb``, ...), plus ``workloads`` (one object per
+    workload, the same keys each, ``partitions`` included), ``max_baseline_ratio`` and
+    ``max_staging_baseline_ratio`` (over the workloads), the ``cold_start_*`` keys,
+    ``process_peak_rss_mb`` (the whole run's peak) and ``source_changed_during_run``
+    (the core, handler and config files hashed before and after: the workloads and the cold
+    start import them afresh, so an edit during the run would mix versions). Per workload:
+    ``moto_seconds`` (time moto spent serving the handler's requests),
     ``records_per_s_excl_moto`` / ``baseline_ratio_excl_moto`` (an estimate for an infinitely
-    fast AWS), ``ledger_state_item_kb_max`` (sampled size of the partition's ledger item, read
-    and rewritten whole by every batch) and a correctness check: records committed (S3
-    metadata) + records still buffered (ledger) == records produced. ``--profile`` runs
-    cProfile around the handler calls only and prints the top functions and a per-package
-    split on stderr (``--profile-out`` keeps the raw pstats file).
+    fast AWS), ``ledger_state_item_kb_max`` (sampled size of the partitions' ledger items, each
+    read and rewritten whole by every batch) and a correctness check: records committed (S3
+    metadata) + records still buffered (ledger) == records produced. ``--profile`` runs cProfile
+    around the handler calls only, for every workload (one profiler each), and prints each
+    one's top functions and per-package split on stderr; ``--profile-out PATH`` keeps the raw
+    pstats files (the first workload's at PATH, the others' at ``PATH.p<partitions>``).
 
-Run: ``.venv/bin/python bench/handler.py [--batches N --batch-size M --partitions P]``
+Run: ``.venv/bin/python bench/handler.py [--batches N --batch-size M --partitions P1,P2,...
+--cold-start-runs K]`` (``--partitions 1 --cold-start-runs 0`` measures what this file measured
+before it had workloads and cold start).
 """
 
 from __future__ import annotations
@@ -63,21 +124,26 @@ import pstats
 import random
 import resource
 import shutil
+import statistics
+import subprocess
 import sys
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from tidemark.embedded.lambda_runtime import LocalContext
+# Nothing from ``tidemark`` (nor boto3/moto) is imported at module level: the cold-start child
+# runs this file, and what it has imported before its timer starts is not counted.
 
 ROOT = Path(__file__).resolve().parents[1]
 HANDLER_PATH = ROOT / "functions" / "archiver" / "handler.py"
 CONFIG_PATH = ROOT / "config" / "tidemark.yaml"
+CORE_PATH = ROOT / "layers" / "core" / "tidemark"
 BUCKET = "tidemark-bench"
 TABLE = "tidemark-bench-ledger"
 STREAM = "orders"
@@ -91,6 +157,7 @@ SEED = 20_251_121
 HOUR_MS = 3_600_000
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 MIB = 1024 * 1024
+CHILD_TIMEOUT_S = 600
 
 
 def log(message: str) -> None:
@@ -103,8 +170,43 @@ def current_rss_mb() -> float:
     return resident_pages * PAGE_SIZE / MIB
 
 
-def peak_rss_mb() -> float:
+def process_peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def reset_peak_rss() -> bool:
+    """Reset the kernel's peak-RSS mark (``VmHWM``) to the current RSS (Linux >= 4.0)."""
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as clear_refs:
+            clear_refs.write("5")
+    except OSError:
+        return False
+    return True
+
+
+def peak_rss_since_reset_mb() -> float | None:
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024  # kB
+    return None
+
+
+def source_digest() -> str:
+    """The code and config a handler import reads (to notice an edit made during the run)."""
+    digest = hashlib.sha256()
+    files = [*sorted(CORE_PATH.rglob("*.py")), *sorted(HANDLER_PATH.parent.rglob("*.py")), CONFIG_PATH]
+    for path in files:
+        digest.update(str(path.relative_to(ROOT)).encode())
+        with contextlib.suppress(OSError):
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def two_hours_before_this_one_ms() -> int:
+    """Event time runs through the two whole hours before the current one, so the flush pattern
+    (which hour buffer reaches 100k records when) does not depend on the time of day."""
+    return int(time.time() * 1000) // HOUR_MS * HOUR_MS - 2 * HOUR_MS
 
 
 # -- events ----------------------------------------------------------------------------------
@@ -134,7 +236,11 @@ def order_value(rng: random.Random, created_at: int) -> bytes:
 
 
 def build_event(workload: Workload, index: int) -> dict[str, Any]:
-    """Batch ``index`` as the MSK ESM delivers it; a pure function of (workload, index)."""
+    """Batch ``index`` as the MSK ESM delivers it; a pure function of (workload, index).
+
+    Record ``position`` of ``partition`` in this batch is record ``global_position`` of the run
+    (the partitions interleaved), whose event time is ``global_position / records`` of the way
+    through the two hours: the run's event time is spread evenly whatever the partition count."""
     rng = random.Random(SEED * 1_000_003 + index)
     groups: dict[str, list[dict[str, Any]]] = {}
     per_partition = workload.batch_size // workload.partitions
@@ -201,13 +307,35 @@ def set_environment(staging: Path, spool: Path) -> None:
             "TIDEMARK_STAGING_ROOT": str(staging),
             "TIDEMARK_SPOOL_DIR": str(spool),
             "TIDEMARK_CONFIG": str(CONFIG_PATH),
+            # moto keeps each object in a SpooledTemporaryFile: spill every one to disk (page
+            # cache, not this process's RSS), so the RSS figures are the handler's, not moto's copy.
+            "MOTO_S3_DEFAULT_KEY_BUFFER_SIZE": "1",
         }
     )
 
 
+def scratch_dirs(prefix: str) -> tuple[Path, Path, Path, Path]:
+    """(scratch, staging, spool, baseline): a new, empty tree."""
+    scratch = Path(tempfile.mkdtemp(prefix=prefix))
+    staging, spool, baseline_dir = scratch / "staging", scratch / "spool", scratch / "baseline"
+    for directory in (staging, spool, baseline_dir):
+        directory.mkdir()
+    return scratch, staging, spool, baseline_dir
+
+
+def forget_core_modules() -> int:
+    """Drop every ``tidemark`` module, so the next handler import builds them (and any
+    module-level cache they keep) afresh, as a new Lambda container would."""
+    names = [name for name in sys.modules if name == "tidemark" or name.startswith("tidemark.")]
+    for name in names:
+        del sys.modules[name]
+    return len(names)
+
+
 def import_handler(stdout_sink: io.TextIOBase) -> ModuleType:
     """Import the handler file like Lambda does (it is not in a package); Powertools' Logger binds
-    to ``sys.stdout`` at import, so importing under the redirect sends its lines to the sink."""
+    to ``sys.stdout`` at import, so importing under the redirect sends its lines to the sink.
+    Every call executes the file again: a new module object, a new ``ARCHIVER``."""
     spec = importlib.util.spec_from_file_location("tidemark_archiver_handler", HANDLER_PATH)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -220,13 +348,19 @@ class MotoTimer:
     """Wall time moto spends serving requests made during handler calls (harness-only wrapper
     around moto's in-process request hook; S3 uploads run in s3transfer threads while the
     handler waits, so their time is counted too). ``handler - moto`` estimates the handler's own
-    cost with an infinitely fast AWS -- an estimate, not a real-AWS number (no network here)."""
+    cost with an infinitely fast AWS -- an estimate, not a real-AWS number (no network here).
+    Installed once per process (the hook outlives ``mock_aws`` contexts); ``reset`` per workload."""
 
     def __init__(self) -> None:
         self.seconds = 0.0
         self.requests = 0
         self.active = False
         self._lock = threading.Lock()
+
+    def reset(self) -> None:
+        with self._lock:
+            self.seconds = 0.0
+            self.requests = 0
 
     def install(self) -> None:
         from moto.core.models import botocore_stubber
@@ -256,6 +390,7 @@ class PassResult:
     digest: str
     rss_mb_after_warmup: float
     rss_mb_end: float
+    rss_mb_samples: list[float]  # current RSS after every 10% of the batches
 
 
 def run_pass(
@@ -274,6 +409,7 @@ def run_pass(
     digest = hashlib.sha256()
     warmup = max(workload.batches // 10, 1)
     rss_after_warmup = 0.0
+    rss_samples: list[float] = []
     report_every = max(workload.batches // 10, 1)
     for index in range(workload.batches):
         event = build_event(workload, index)
@@ -297,11 +433,14 @@ def run_pass(
             rss_after_warmup = current_rss_mb()
         if (index + 1) % report_every == 0 or index + 1 == workload.batches:
             done = (index + 1) * workload.batch_size
+            rss_samples.append(current_rss_mb())
             log(
                 f"{label}: {index + 1}/{workload.batches} batches, {done / elapsed:,.0f} records/s, "
-                f"rss {current_rss_mb():.1f} MiB"
+                f"rss {rss_samples[-1]:.1f} MiB"
             )
-    return PassResult(elapsed, batch_seconds, value_bytes, digest.hexdigest(), rss_after_warmup, current_rss_mb())
+    return PassResult(
+        elapsed, batch_seconds, value_bytes, digest.hexdigest(), rss_after_warmup, current_rss_mb(), rss_samples
+    )
 
 
 def baseline_call(target: io.BufferedWriter) -> Callable[[int, dict[str, Any]], None]:
@@ -318,25 +457,43 @@ def baseline_call(target: io.BufferedWriter) -> Callable[[int, dict[str, Any]], 
     return call
 
 
+def checked_summary(index: int, response: Any) -> dict[str, Any]:
+    """The stream's summary of a batch that must have gone through cleanly."""
+    if not isinstance(response, dict) or response.get("status") != "ok":
+        raise AssertionError(f"batch {index}: handler returned {response!r}")
+    summary: dict[str, Any] = response["streams"][STREAM]
+    if summary["flush_errors"] or summary["dead_lettered"] or summary["duplicates"]:
+        raise AssertionError(f"batch {index}: unexpected outcome {summary!r}")
+    return summary
+
+
+def request_id(index: int) -> str:
+    return f"00000000-0000-4000-8000-{index:012d}"
+
+
+def archiver_ref(module: ModuleType) -> weakref.ref[Any] | None:
+    try:
+        return weakref.ref(module.ARCHIVER)
+    except TypeError:  # not weak-referenceable
+        return None
+
+
 def handler_call(
     module: ModuleType, sink: io.TextIOBase, moto_timer: MotoTimer, flushing_batches: set[int]
 ) -> Callable[[int, dict[str, Any]], None]:
     """Invoke the handler; note which batches also flushed (committed objects)."""
+    from tidemark.embedded.lambda_runtime import LocalContext
+
     lambda_handler = module.lambda_handler
 
     def call(index: int, event: dict[str, Any]) -> None:
         moto_timer.active = True
         try:
             with contextlib.redirect_stdout(sink):  # EMF documents are print()ed
-                response = lambda_handler(event, LocalContext(aws_request_id=f"00000000-0000-4000-8000-{index:012d}"))
+                response = lambda_handler(event, LocalContext(aws_request_id=request_id(index)))
         finally:
             moto_timer.active = False
-        if response.get("status") != "ok":
-            raise AssertionError(f"batch {index}: handler returned {response!r}")
-        summary = response["streams"][STREAM]
-        if summary["flush_errors"] or summary["dead_lettered"] or summary["duplicates"]:
-            raise AssertionError(f"batch {index}: unexpected outcome {summary!r}")
-        if summary["objects_committed"]:
+        if checked_summary(index, response)["objects_committed"]:
             flushing_batches.add(index)
 
     return call
@@ -348,8 +505,8 @@ def moto_housekeeping(workload: Workload, dynamodb: Any, item_kb: list[float]) -
     moto keeps every model instance it ever created (``instances_tracked``, for its dashboard),
     so each version of the ledger's STATE item would stay in memory: that is moto's memory, not
     the handler's, and it would make ``rss_mb_end`` meaningless. Drop it after every batch.
-    Every 10% of batches, also sample the size of the partition's STATE item (the JSON wire size
-    of its attributes): every batch reads and rewrites it whole.
+    Every 10% of batches, also sample the size of each partition's STATE item (the JSON wire
+    size of its attributes): every batch reads and rewrites it whole.
     """
     from moto.core.model_instances import reset_model_data
 
@@ -374,11 +531,14 @@ def iter_objects(s3: Any) -> Iterator[dict[str, Any]]:
 
 
 def account(module: ModuleType, s3: Any, workload: Workload) -> dict[str, int]:
-    """Committed (S3 metadata) + still buffered (ledger) must equal what was produced."""
+    """Committed (S3 metadata) + still buffered (ledger, every partition) must equal what was
+    produced, and no sealed buffer may be left behind."""
     objects = 0
+    object_bytes = 0
     committed = 0
     for item in iter_objects(s3):
         objects += 1
+        object_bytes += int(item["Size"])
         committed += int(s3.head_object(Bucket=BUCKET, Key=item["Key"])["Metadata"]["tidemark-records"])
     ledger = module.ARCHIVER.runtime.ledger
     buffered = 0
@@ -392,7 +552,12 @@ def account(module: ModuleType, s3: Any, workload: Workload) -> dict[str, int]:
             f"accounting: committed {committed} + buffered {buffered} != produced {workload.records} "
             f"(sealed left: {sealed})"
         )
-    return {"objects_committed": objects, "records_committed": committed, "records_buffered": buffered}
+    return {
+        "objects_committed": objects,
+        "object_bytes": object_bytes,
+        "records_committed": committed,
+        "records_buffered": buffered,
+    }
 
 
 def package_of(filename: str) -> str:
@@ -418,7 +583,8 @@ def package_of(filename: str) -> str:
     return "stdlib/other"
 
 
-def print_profile(profiler: cProfile.Profile, top: int) -> None:
+def print_profile(profiler: cProfile.Profile, top: int, label: str) -> None:
+    log(f"profile of the handler calls, {label}:")
     stream = io.StringIO()
     stats = pstats.Stats(profiler, stream=stream)
     stats.sort_stats("tottime").print_stats(top)
@@ -429,57 +595,41 @@ def print_profile(profiler: cProfile.Profile, top: int) -> None:
     for (filename, _line, _name), (_cc, _nc, tottime, _ct, _callers) in stats.stats.items():  # type: ignore[attr-defined]
         by_package[package_of(filename)] = by_package.get(package_of(filename), 0.0) + tottime
         total += tottime
-    log("self time by package (profiled handler calls only):")
+    log(f"self time by package (profiled handler calls only, {label}):")
     for name, seconds in sorted(by_package.items(), key=lambda item: -item[1]):
-        log(f"  {name:<14} {seconds:8.3f} s  {100 * seconds / total:5.1f}%")
+        log(f"  {name:<14} {seconds:8.3f} s  {100 * seconds / max(total, 1e-9):5.1f}%")
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--batches", type=int, default=250, help="ESM batches to deliver (default 250)")
-    parser.add_argument("--batch-size", type=int, default=1000, help="records per batch (default 1000)")
-    parser.add_argument("--partitions", type=int, default=1, help="partitions per batch (default 1)")
-    parser.add_argument("--profile", action="store_true", help="cProfile the handler calls (slower)")
-    parser.add_argument("--profile-top", type=int, default=25, help="functions to list with --profile")
-    parser.add_argument("--profile-out", help="with --profile: also dump the raw pstats file here")
-    args = parser.parse_args(argv)
-    if args.batches < 1 or args.batch_size < 1 or not 1 <= args.partitions <= args.batch_size:
-        parser.error("need batches >= 1, batch-size >= 1 and 1 <= partitions <= batch-size")
-    return args
+# -- one workload ----------------------------------------------------------------------------
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    scratch = Path(tempfile.mkdtemp(prefix="tidemark-bench-"))
-    staging, spool, baseline_dir = scratch / "staging", scratch / "spool", scratch / "baseline"
-    for directory in (staging, spool, baseline_dir):
-        directory.mkdir()
-    set_environment(staging, spool)
-    # Event time runs through the two whole hours before the current one, so the flush pattern
-    # (which hour buffer reaches 100k records when) does not depend on the time of day.
-    this_hour_ms = int(time.time() * 1000) // HOUR_MS * HOUR_MS
-    workload = Workload(args.batches, args.batch_size, args.partitions, start_ms=this_hour_ms - 2 * HOUR_MS)
+def run_workload(
+    workload: Workload, sink: io.TextIOBase, moto_timer: MotoTimer, profiler: cProfile.Profile | None
+) -> dict[str, Any]:
+    """Handler pass from a fresh state, then the baseline pass on the same events; the result."""
+    scratch, staging, spool, baseline_dir = scratch_dirs(f"tidemark-bench-p{workload.partitions}-")
+    set_environment(staging, spool)  # read by the handler import (Runtime.from_env)
+    forgotten = forget_core_modules()
+    peak_scope = "workload" if reset_peak_rss() else "process"
 
     import boto3
     from moto import mock_aws
 
     from tidemark.ledger.dynamodb import ledger_table_schema
 
-    sink = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 -- lives for the whole run
     try:
-        with mock_aws():
+        with mock_aws():  # a new context: moto's backends start empty
             s3 = boto3.client("s3", region_name="us-east-1")
             s3.create_bucket(Bucket=BUCKET)
             dynamodb = boto3.client("dynamodb", region_name="us-east-1")
             dynamodb.create_table(**ledger_table_schema(TABLE))
             module = import_handler(sink)
-            moto_timer = MotoTimer()
-            moto_timer.install()
+            moto_timer.reset()
             log(
-                f"{workload.batches} batches x {workload.batch_size} records over {workload.partitions} "
-                f"partition(s) = {workload.records:,} records; staging {staging}"
+                f"workload: {workload.batches} batches x {workload.batch_size} records over {workload.partitions} "
+                f"partition(s) = {workload.records:,} records; staging {staging} "
+                f"({forgotten} tidemark modules re-imported)"
             )
-            profiler = cProfile.Profile() if args.profile else None
             gc.collect()
             rss_start = current_rss_mb()
             item_kb: list[float] = []
@@ -487,41 +637,48 @@ def main(argv: list[str] | None = None) -> int:
             handler = run_pass(
                 workload,
                 handler_call(module, sink, moto_timer, flushing),
-                label="handler",
+                label=f"handler p={workload.partitions}",
                 profiler=profiler,
                 between=moto_housekeeping(workload, dynamodb, item_kb),
             )
             accounting = account(module, s3, workload)
             log(
                 f"accounting ok: {accounting['objects_committed']} objects with "
-                f"{accounting['records_committed']:,} records committed, {accounting['records_buffered']:,} buffered"
+                f"{accounting['records_committed']:,} records committed, {accounting['records_buffered']:,} buffered "
+                f"over {workload.partitions} partition(s)"
             )
+            archiver = archiver_ref(module)
+            del module, s3, dynamodb
+        # The handler may gc.freeze() what its import built (it lives as long as the container);
+        # frozen objects are never collected, so undo that: this workload's handler module,
+        # ARCHIVER and clients go before the next workload imports new ones.
+        gc.unfreeze()
+        gc.collect()
+        released = None if archiver is None else archiver() is None
+        if released is False:
+            log("WARNING: the handler's ARCHIVER outlived its workload (later workloads start with it in memory)")
         with open(baseline_dir / "values.bin", "ab") as target:
-            baseline = run_pass(workload, baseline_call(target), label="baseline")
+            baseline = run_pass(workload, baseline_call(target), label=f"baseline p={workload.partitions}")
         if baseline.digest != handler.digest:
             raise AssertionError("the baseline pass did not see the same events as the handler pass")
     finally:
-        sink.close()
         shutil.rmtree(scratch, ignore_errors=True)
+    peak = peak_rss_since_reset_mb() if peak_scope == "workload" else None
+    if peak is None:
+        peak, peak_scope = process_peak_rss_mb(), "process"
 
-    if profiler is not None:
-        print_profile(profiler, args.profile_top)
-        if args.profile_out:
-            profiler.dump_stats(args.profile_out)
-            log(f"raw profile written to {args.profile_out} (python -m pstats {args.profile_out})")
     # The staging path alone: the batches that flushed nothing, against the baseline's time for
     # the very same batches.
     staging_batches = [i for i in range(workload.batches) if i not in flushing]
     staging_seconds = sum(handler.batch_seconds[i] for i in staging_batches)
     staging_baseline = sum(baseline.batch_seconds[i] for i in staging_batches)
     staging_records = len(staging_batches) * workload.batch_size
-    flush_seconds = sum(handler.batch_seconds[i] for i in flushing) - sum(
-        staging_seconds / max(len(staging_batches), 1) for _ in flushing
-    )
-    result = {
+    mean_staging_batch = staging_seconds / max(len(staging_batches), 1)
+    flush_seconds = sum(handler.batch_seconds[i] for i in flushing) - mean_staging_batch * len(flushing)
+    return {
         "records_per_s": round(workload.records / handler.seconds, 1),
         "mb_per_s": round(handler.value_bytes / 1e6 / handler.seconds, 3),
-        "peak_rss_mb": round(peak_rss_mb(), 1),
+        "peak_rss_mb": round(peak, 1),
         "baseline_ratio": round(handler.seconds / baseline.seconds, 2),
         "records": workload.records,
         "batches": workload.batches,
@@ -542,11 +699,241 @@ def main(argv: list[str] | None = None) -> int:
         "rss_mb_after_warmup": round(handler.rss_mb_after_warmup, 1),
         "rss_mb_end": round(handler.rss_mb_end, 1),
         "ledger_state_item_kb_max": round(max(item_kb, default=0.0), 1),
-        "profiled": bool(args.profile),
-        "staging_records_per_s": round(staging_records / max(staging_seconds, 1e-9), 1),
-        "staging_baseline_ratio": round(staging_seconds / max(staging_baseline, 1e-9), 2),
+        "profiled": profiler is not None,
+        "staging_records_per_s": round(staging_records / staging_seconds, 1) if staging_batches else None,
+        "staging_baseline_ratio": round(staging_seconds / staging_baseline, 2) if staging_batches else None,
         "flushing_batches": len(flushing),
-        "flush_records_per_s": round(accounting["records_committed"] / flush_seconds, 1) if flushing else None,
+        "flush_records_per_s": (
+            round(accounting["records_committed"] / flush_seconds, 1) if flushing and flush_seconds > 0 else None
+        ),
+        "flush_seconds_est": round(flush_seconds, 3) if flushing else None,
+        "rss_growth_mb": round(handler.rss_mb_end - handler.rss_mb_after_warmup, 1),
+        "rss_mb_samples": [round(sample, 1) for sample in handler.rss_mb_samples],
+        "peak_rss_scope": peak_scope,
+        "s3_object_mb": round(accounting["object_bytes"] / MIB, 1),
+        "handler_released": released,
+    }
+
+
+# -- cold start ------------------------------------------------------------------------------
+
+
+def cold_start_child(args: argparse.Namespace) -> int:
+    """In a fresh interpreter: emulate AWS, then time the handler import and its first call."""
+    started = time.perf_counter()
+    import boto3
+
+    boto3_import = time.perf_counter() - started
+    from moto import mock_aws
+
+    scratch, staging, spool, _ = scratch_dirs("tidemark-bench-cold-")
+    set_environment(staging, spool)
+    mock = mock_aws()
+    mock.start()
+    try:
+        # A private session: the handler's boto3.client() calls must still build the default
+        # session and load the S3 and DynamoDB service models themselves, as at a real cold start.
+        setup = boto3.session.Session(region_name="us-east-1")
+        setup.client("s3").create_bucket(Bucket=BUCKET)
+        setup.client("dynamodb").create_table(**json.loads(args.cold_start_schema))
+        del setup
+        workload = Workload(args.batches, args.batch_size, args.partitions[0], start_ms=two_hours_before_this_one_ms())
+        event = build_event(workload, 0)
+        preloaded = sorted(name for name in sys.modules if name == "tidemark" or name.startswith("tidemark."))
+        if preloaded:
+            raise AssertionError(f"tidemark modules imported before the cold-start timer: {preloaded}")
+        with open(os.devnull, "w", encoding="utf-8") as sink:
+            gc.collect()
+            started = time.perf_counter()
+            module = import_handler(sink)
+            imported = time.perf_counter()
+            from tidemark.embedded.lambda_runtime import LocalContext  # untimed: harness, not handler
+
+            context = LocalContext(aws_request_id=request_id(0))
+            invoked = time.perf_counter()
+            with contextlib.redirect_stdout(sink):
+                response = module.lambda_handler(event, context)
+            done = time.perf_counter()
+        summary = checked_summary(0, response)
+        if summary["records_in"] != workload.batch_size:
+            raise AssertionError(f"cold start: {summary['records_in']} records in, expected {workload.batch_size}")
+    finally:
+        mock.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
+    sample = {
+        "import_ms": round((imported - started) * 1000, 1),
+        "first_invoke_ms": round((done - invoked) * 1000, 1),
+        "boto3_import_ms": round(boto3_import * 1000, 1),
+    }
+    print(json.dumps(sample), flush=True)
+    return 0
+
+
+def run_cold_start_child(args: argparse.Namespace, schema: str) -> dict[str, float]:
+    command = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--cold-start-child",
+        "--cold-start-schema",
+        schema,
+        "--batches",
+        str(args.batches),
+        "--batch-size",
+        str(args.batch_size),
+        "--partitions",
+        str(args.partitions[0]),
+    ]
+    child = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S, check=False)
+    lines = child.stdout.strip().splitlines()
+    if child.returncode != 0 or not lines:
+        raise RuntimeError(f"cold-start child failed (exit {child.returncode}):\n{child.stderr[-4000:]}")
+    sample: dict[str, float] = json.loads(lines[-1])
+    sample["total_ms"] = round(sample["import_ms"] + sample["first_invoke_ms"], 1)
+    return sample
+
+
+def median_run(samples: list[dict[str, float]]) -> dict[str, float]:
+    """The run whose total is the median (for an even count, the mean of the two middle runs,
+    component by component), so that import + first invoke add up to the reported total."""
+    ordered = sorted(samples, key=lambda sample: sample["total_ms"])
+    middle = ordered[(len(ordered) - 1) // 2 : len(ordered) // 2 + 1]
+    return {key: round(statistics.fmean(run[key] for run in middle), 1) for key in ordered[0]}
+
+
+def measure_cold_start(args: argparse.Namespace) -> dict[str, Any]:
+    from tidemark.ledger.dynamodb import ledger_table_schema  # here, not in the child (see cold_start_child)
+
+    schema = json.dumps(ledger_table_schema(TABLE))
+    log(f"cold start: 1 warm-up + {args.cold_start_runs} fresh interpreter(s), partitions={args.partitions[0]}")
+    warmup = run_cold_start_child(args, schema)
+    samples = [run_cold_start_child(args, schema) for _ in range(args.cold_start_runs)]
+    fastest = min(samples, key=lambda sample: sample["total_ms"])
+    median = median_run(samples)
+    log(
+        f"cold start: min {fastest['total_ms']:.1f} ms (import {fastest['import_ms']:.1f} + first invoke "
+        f"{fastest['first_invoke_ms']:.1f}), median {median['total_ms']:.1f}; "
+        f"samples {[sample['total_ms'] for sample in samples]}; warm-up {warmup['total_ms']:.1f}"
+    )
+    return {
+        "cold_start_ms": fastest["total_ms"],
+        "cold_start_import_ms": fastest["import_ms"],
+        "cold_start_first_invoke_ms": fastest["first_invoke_ms"],
+        "cold_start_stat": "min",
+        "cold_start_median_ms": median["total_ms"],
+        "cold_start_samples_ms": [sample["total_ms"] for sample in samples],
+        "cold_start_import_samples_ms": [sample["import_ms"] for sample in samples],
+        "cold_start_warmup_ms": warmup["total_ms"],
+        "cold_start_boto3_import_ms": fastest["boto3_import_ms"],
+        "cold_start_runs": len(samples),
+        "cold_start_partitions": args.partitions[0],
+    }
+
+
+NO_COLD_START: dict[str, Any] = {
+    "cold_start_ms": None,
+    "cold_start_import_ms": None,
+    "cold_start_first_invoke_ms": None,
+    "cold_start_runs": 0,
+}
+
+
+# -- main ------------------------------------------------------------------------------------
+
+
+def partition_list(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of integers: {text!r}") from None
+    if not values:
+        raise argparse.ArgumentTypeError("need at least one partition count")
+    return values
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--batches", type=int, default=250, help="ESM batches to deliver (default 250)")
+    parser.add_argument("--batch-size", type=int, default=1000, help="records per batch (default 1000)")
+    parser.add_argument(
+        "--partitions",
+        type=partition_list,
+        default=[1, 10],
+        help="partitions per event, one workload per entry, comma-separated (default 1,10)",
+    )
+    parser.add_argument(
+        "--cold-start-runs",
+        type=int,
+        default=5,
+        help="fresh interpreters timed for cold_start_ms, after one warm-up (default 5; 0 skips)",
+    )
+    parser.add_argument("--profile", action="store_true", help="cProfile the handler calls of every workload (slower)")
+    parser.add_argument("--profile-top", type=int, default=25, help="functions to list with --profile")
+    parser.add_argument(
+        "--profile-out", help="with --profile: raw pstats file of the first workload (others: PATH.p<partitions>)"
+    )
+    parser.add_argument("--cold-start-child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--cold-start-schema", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.batches < 1 or args.batch_size < 1:
+        parser.error("need batches >= 1 and batch-size >= 1")
+    if not all(1 <= partitions <= args.batch_size for partitions in args.partitions):
+        parser.error("need 1 <= partitions <= batch-size for every workload")
+    if len(set(args.partitions)) != len(args.partitions):
+        parser.error("each partition count once")
+    if args.cold_start_runs < 0:
+        parser.error("need cold-start-runs >= 0")
+    if args.cold_start_child and not args.cold_start_schema:
+        parser.error("--cold-start-child needs --cold-start-schema")
+    return args
+
+
+def profile_path(base: str, position: int, partitions: int) -> str:
+    return base if position == 0 else f"{base}.p{partitions}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.cold_start_child:
+        return cold_start_child(args)
+    digest_before = source_digest()
+    cold_start = measure_cold_start(args) if args.cold_start_runs else dict(NO_COLD_START)
+
+    moto_timer = MotoTimer()
+    moto_timer.install()
+    workloads: list[dict[str, Any]] = []
+    sink = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 -- lives for the whole run
+    try:
+        for position, partitions in enumerate(args.partitions):
+            workload = Workload(args.batches, args.batch_size, partitions, start_ms=two_hours_before_this_one_ms())
+            profiler = cProfile.Profile() if args.profile else None
+            workloads.append(run_workload(workload, sink, moto_timer, profiler))
+            if profiler is not None:
+                print_profile(profiler, args.profile_top, f"partitions={partitions}")
+                if args.profile_out:
+                    path = profile_path(args.profile_out, position, partitions)
+                    profiler.dump_stats(path)
+                    log(f"raw profile written to {path} (python -m pstats {path})")
+            gc.collect()
+    finally:
+        sink.close()
+    source_changed = source_digest() != digest_before
+    if source_changed:
+        log("WARNING: core/handler/config files changed during the run: workloads may have measured different code")
+
+    def worst(key: str) -> float | None:
+        values = [result[key] for result in workloads if result[key] is not None]
+        return max(values, default=None)
+
+    result = {
+        **workloads[0],
+        "max_baseline_ratio": worst("baseline_ratio"),
+        "max_staging_baseline_ratio": worst("staging_baseline_ratio"),
+        **cold_start,
+        # ru_maxrss follows the VmHWM resets (only threads that exited keep their mark), so the
+        # run's peak is the largest of the workloads' peaks and what ru_maxrss saw since.
+        "process_peak_rss_mb": round(max([process_peak_rss_mb(), *(r["peak_rss_mb"] for r in workloads)]), 1),
+        "source_changed_during_run": source_changed,
+        "workloads": workloads,
     }
     print(json.dumps(result), flush=True)
     return 0

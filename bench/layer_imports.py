@@ -1,4 +1,4 @@
-"""Cold-start import cost of the formats layer, and the layers' sizes.
+"""Cold-start import cost of the formats' libraries, and the layers' sizes.
 
 Scenario
     The core and formats layers built as the stack builds them (``stacks.layer``), for this
@@ -10,7 +10,8 @@ Scenario
     ``baseline``     ``import tidemark.archiver``
     ``+pyarrow``     the baseline, then ``import pyarrow.parquet, pyarrow.csv``
     ``+fastavro``    the baseline, then ``import fastavro``
-    ``+zstandard``   the baseline, then ``import zstandard``
+    ``+zstandard``   the baseline, then ``import zstandard`` (the core layer's: zstd, the line
+                     formats' default codec, is imported at a stream's first flush)
     ``+all``         the baseline, then all of them
 
 Measured

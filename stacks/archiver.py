@@ -10,8 +10,8 @@ a failing batch is retried until it succeeds unless an MSK stream sets ``archive
 and then its records go to the on-failure destination, the bucket's ``aws/lambda/`` prefix, so
 nothing is lost.
 
-Every function runs on the core layer; the function of a stream whose objects need Parquet, Avro,
-CSV or zstd (``needs_format_layer``) also on the formats layer, and only that one: the formats
+Every function runs on the core layer; the function of a stream whose objects need Parquet, Avro
+or CSV (``needs_format_layer``) also on the formats layer, and only that one: the formats
 layer is large (Lambda's 250 MB unzipped limit) and its imports lengthen a cold start.
 """
 

@@ -53,7 +53,7 @@ class Placement:
 
 class TidemarkFunction(Construct):
     """A Python 3.11 arm64 function over its layers (the core layer first; the formats layer when
-    it renders Parquet, Avro, CSV or zstd), traced, with a one-month log group."""
+    it renders Parquet, Avro or CSV), traced, with a one-month log group."""
 
     def __init__(
         self,

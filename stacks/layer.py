@@ -10,13 +10,14 @@ of the requirements and the platform, so repeated synths do not download again.
 Two layers:
 
 ``CoreLayer``
-    the ``tidemark`` package and ``[project].dependencies``; every function has it.
+    the ``tidemark`` package and ``[project].dependencies`` (zstandard among them: zstd is the
+    line formats' default codec); every function has it. Slimmed (``CORE_SLIM``).
 ``FormatsLayer``
-    ``[project.optional-dependencies].formats`` (pyarrow, fastavro, zstandard, cramjam): what
-    Parquet, Avro, CSV and zstd need. Attached only to the functions that render objects of a
-    stream using one of them (``needs_format_layer``): pyarrow alone installs at ~170 MB, and
-    Lambda allows 250 MB unzipped for a function's code and all its layers together. It is
-    slimmed (``FORMATS_SLIM``): what the formats never load is left out.
+    ``[project.optional-dependencies].formats`` (pyarrow, fastavro, cramjam): what Parquet, Avro
+    and CSV need. Attached only to the functions that render objects of a stream using one of
+    them (``needs_format_layer``): pyarrow alone installs at ~170 MB, and Lambda allows 250 MB
+    unzipped for a function's code and all its layers together. It is slimmed
+    (``FORMATS_SLIM``): what the formats never load is left out.
 """
 
 from __future__ import annotations
@@ -57,9 +58,16 @@ FORMATS_LAMBDA_PINS = ("pyarrow<21",)
 #: Format types whose writers need the formats layer (jsonl, text and bytes are the core's).
 FORMAT_TYPES_OF_THE_LAYER = ("parquet", "avro", "csv")
 
-#: What the formats layer leaves out (``fnmatch`` patterns over paths relative to ``python/``;
-#: a directory that matches goes with everything below it). Each is never imported by
-#: ``pyarrow.parquet``, ``pyarrow.csv``, ``fastavro`` or ``zstandard``:
+#: What the core layer leaves out (``fnmatch`` patterns over paths relative to ``python/``; a
+#: directory that matches goes with everything below it): zstandard's CFFI backend. CPython
+#: imports the C backend (``backend_c``) and falls back to CFFI only when that is missing.
+CORE_SLIM: tuple[str, ...] = (
+    "zstandard/_cffi.*",
+    "zstandard/backend_cffi.py",
+)
+
+#: What the formats layer leaves out (as ``CORE_SLIM``). Each is never imported by
+#: ``pyarrow.parquet``, ``pyarrow.csv`` or ``fastavro``:
 #: tests/integration/test_formats_layer.py proves the slimmed layer imports and round-trips them.
 #: pyarrow's ``libarrow_acero``, ``libarrow_dataset`` and ``libarrow_substrait`` stay: every
 #: pyarrow extension module (``lib`` included) links them, so ``import pyarrow`` needs them.
@@ -105,23 +113,15 @@ FORMATS_SLIM: tuple[str, ...] = (
     # name the extension modules load (their DT_NEEDED)
     "pyarrow/libarrow*.so",
     "pyarrow/libarrow*.so.*.*.*",
-    # zstandard's CFFI backend: CPython imports the C backend (backend_c) and falls back to CFFI
-    # only when that is missing
-    "zstandard/_cffi.*",
-    "zstandard/backend_cffi.py",
 )
 
 
 def needs_format_layer(stream: StreamConfig) -> bool:
     """Whether the stream's objects are rendered with the formats layer's libraries: Parquet
-    (pyarrow), Avro (fastavro; its snappy codec is cramjam's, zstandard's its own), CSV (pyarrow)
-    or a zstd-compressed line format (zstandard) -- or kept (``archiver.formats_layer: always``)
-    while buffers of a format the stream moved off are still staged."""
-    return (
-        stream.format.type in FORMAT_TYPES_OF_THE_LAYER
-        or stream.format.compression == "zstd"
-        or stream.archiver.formats_layer == "always"
-    )
+    (pyarrow), Avro (fastavro; its snappy codec is cramjam's) or CSV (pyarrow) -- or kept
+    (``archiver.formats_layer: always``) while buffers of a format the stream moved off are still
+    staged. zstd, whatever the format, is the core layer's (zstandard)."""
+    return stream.format.type in FORMAT_TYPES_OF_THE_LAYER or stream.archiver.formats_layer == "always"
 
 
 def project_requirements(pyproject: Path, extra: str | None = None) -> list[str]:
@@ -252,6 +252,7 @@ def core_bundling(root: Path, cache_dir: Path, *, platform: str = LAMBDA_PLATFOR
     return PipLayerBundling(
         requirements=project_requirements(root / "pyproject.toml"),
         packages=[ShippedPackage(package_dir, leave_out=CORE_LOCAL_ONLY)],
+        slim=CORE_SLIM,
         cache_dir=cache_dir,
         platform=platform,
         name="core layer",
@@ -318,7 +319,7 @@ class FormatsLayer(Construct):
             # Bundling reads no source (the requirements come from pyproject.toml): any directory does.
             root / "layers",
             bundling,
-            f"tidemark object formats (Parquet, Avro, CSV, zstd): {names} ({', '.join(FORMATS_LAMBDA_PINS)};"
+            f"tidemark object formats (Parquet, Avro, CSV): {names} ({', '.join(FORMATS_LAMBDA_PINS)};"
             f" {LAMBDA_PLATFORM}, Python {LAMBDA_PYTHON}), without Arrow Flight, headers, Cython sources or tests",
         )
 

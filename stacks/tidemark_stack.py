@@ -90,7 +90,7 @@ class TidemarkStack(Stack):
         )
         layer_cache = layer_cache or root / ".cache" / "layer"
         self.core_layer = CoreLayer(self, "CoreLayer", root=root, cache_dir=layer_cache).layer
-        # Parquet, Avro, CSV and zstd's libraries: only when a stream uses them (and only on the
+        # Parquet, Avro and CSV's libraries: only when a stream uses them (and only on the
         # functions that render its objects).
         self.formats_layer = (
             FormatsLayer(self, "FormatsLayer", root=root, cache_dir=layer_cache).layer

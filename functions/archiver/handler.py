@@ -7,7 +7,10 @@ staged; returning lets the ESM commit the batch's offsets (invariant 6).
 
 from __future__ import annotations
 
+import gc
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
@@ -26,10 +29,28 @@ copy_config_to_registered_loggers(source_logger=logger, include={"tidemark"})
 
 # Built at cold start: a wrong config or a missing setting fails the init, naming the field.
 ARCHIVER = Archiver(Runtime.from_env())
+# What the cold start built lives as long as the container: moved out of the cyclic garbage
+# collector's way, its full collections scan only what invocations allocate.
+gc.freeze()
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """A batch allocates a few objects per record, nearly all freed by reference counting as soon
+    as their segment is written; the cyclic collector would scan them a dozen times per batch.
+    It is paused for the batch and collects as usual right after it."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def emit_metrics(stream: str, outcome: BatchOutcome) -> None:
-    """One EMF document per stream (and per flush reason), dimensioned by stream."""
+    """One EMF document per stream, dimensioned by stream (flushes counted per rotation reason
+    as ``Flushes_<reason>``, as the sweeper's ``SweeperFlushes_<reason>``)."""
     metrics.add_dimension(name="stream", value=stream)
     metrics.add_metric(name="RecordsIn", unit=MetricUnit.Count, value=outcome.records_in)
     metrics.add_metric(name="DuplicatesDropped", unit=MetricUnit.Count, value=outcome.duplicates)
@@ -43,24 +64,19 @@ def emit_metrics(stream: str, outcome: BatchOutcome) -> None:
     metrics.add_metric(name="ObjectsAdopted", unit=MetricUnit.Count, value=outcome.adopted_objects)
     for flush in outcome.flushes:
         metrics.add_metric(name="FlushLatency", unit=MetricUnit.Milliseconds, value=flush.latency_ms)
+    for reason, count in sorted(Counter(flush.reason for flush in outcome.flushes).items()):
+        metrics.add_metric(name=f"Flushes_{reason}", unit=MetricUnit.Count, value=count)
     if outcome.dead_lettered:
         metrics.add_metadata(key="dead_letter_reasons", value=dict(outcome.dead_lettered))
     metrics.flush_metrics()
-    reasons: dict[str, int] = {}
-    for flush in outcome.flushes:
-        reasons[flush.reason] = reasons.get(flush.reason, 0) + 1
-    for reason, count in sorted(reasons.items()):
-        metrics.add_dimension(name="stream", value=stream)
-        metrics.add_dimension(name="reason", value=reason)
-        metrics.add_metric(name="Flushes", unit=MetricUnit.Count, value=count)
-        metrics.flush_metrics()
 
 
 @logger.inject_lambda_context(clear_state=True)
 @tracer.capture_lambda_handler(capture_response=False)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     try:
-        outcomes = ARCHIVER.handle(event)
+        with collector_paused():
+            outcomes = ARCHIVER.handle(event)
     except PositionResetsError as refused:
         # The other partitions' work is done and counted; the refused ones alarm (PositionResets).
         for stream, outcome in refused.outcomes.items():

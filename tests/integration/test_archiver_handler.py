@@ -71,17 +71,18 @@ def test_flush_metrics_carry_reason_and_latency(handler, archive, capsys):
     response = handler.lambda_handler(event, context())
     assert response["streams"]["orders"]["objects_committed"] == 4
     docs = emf_documents(capsys.readouterr().out)
-    reasons = {doc["reason"]: doc["Flushes"] for doc in docs if "Flushes" in doc}
-    assert reasons == {"max_age": [4.0]}
-    main = next(doc for doc in docs if "RecordsIn" in doc)
+    assert len(docs) == 1  # one EMF document per batch, flush reasons included
+    main = docs[0]
+    reasons = {name: value for name, value in main.items() if name.startswith("Flushes_")}
+    assert reasons == {"Flushes_max_age": [4.0]}
     assert main["ObjectsCommitted"] == [4.0]
     assert len(main["FlushLatency"]) == 4
     keys = sorted(o["Key"] for o in archive.s3.list_objects_v2(Bucket=archive.bucket)["Contents"])
     assert keys == [
         "errors/orders/2026/11/21/07/orders+0+00000000000000000003-00000000000000000004.jsonl.gz",
-        "raw/orders/2026/11/21/03/orders+0+00000000000000000002-00000000000000000002.jsonl.gz",
-        "raw/orders/2026/11/21/07/orders+0+00000000000000000000-00000000000000000001.jsonl.gz",
-        "raw/orders/2026/11/21/07/orders+1+00000000000000000007-00000000000000000007.jsonl.gz",
+        "raw/orders/2026/11/21/03/orders+0+00000000000000000002-00000000000000000002.jsonl.zst",
+        "raw/orders/2026/11/21/07/orders+0+00000000000000000000-00000000000000000001.jsonl.zst",
+        "raw/orders/2026/11/21/07/orders+1+00000000000000000007-00000000000000000007.jsonl.zst",
     ]
 
 

@@ -26,7 +26,8 @@ from tidemark.config.model import ArchiveSettings, StreamConfig
 from tidemark.formats import RenderSpec, format_of
 from tidemark.objects.keys import object_key
 from tidemark.records.model import Record
-from tidemark.staging.frames import Frame, decode_frames
+from tidemark.staging.frames import Frame
+from tidemark.staging.segment import decode_segment
 from tidemark.writer.stream import StreamContext
 
 REPO = Path(__file__).resolve().parents[2]
@@ -100,7 +101,8 @@ def write_archive(config: StreamConfig, root: Path, batch: list[Record]) -> list
     for record in batch:
         routed = context.router.route(record)
         assert routed.reason == "", routed.reason
-        groups[(routed.buffer.hour, routed.buffer.folders, record.partition)] += decode_frames(routed.frame)
+        (segment,) = context.encoder.encode([record], [routed])
+        groups[(routed.buffer.hour, routed.buffer.folders, record.partition)] += decode_segment(segment.data)
     keys = []
     for (hour, folders, partition), frames in sorted(groups.items()):
         key = object_key(

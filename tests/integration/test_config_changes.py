@@ -3,8 +3,6 @@ buffer is rendered the way its records were staged, and none mixes the two."""
 
 from __future__ import annotations
 
-import gzip
-
 import orjson
 import pytest
 
@@ -14,6 +12,7 @@ from tests.support.workload import make_orders
 from tidemark.archiver import Archiver
 from tidemark.config import parse_config
 from tidemark.faults import AFTER_SEAL, CrashAt, SimulatedCrash
+from tidemark.formats.compression import decompress
 from tidemark.verify import verify_archive
 
 
@@ -45,9 +44,9 @@ def test_sealed_flush_resumed_after_a_format_change_keeps_its_format(archive):
         Archiver(archive.runtime(old, CrashAt(AFTER_SEAL))).handle(msk_event(workload.records[0]))
     archive.runtime(new).writer(new.streams[0], 0).maintain()  # deployed; the next run resumes the seals
     found = objects(archive)
-    assert found and all(key.endswith(".jsonl.gz") for key in found)
+    assert found and all(key.endswith(".jsonl.zst") for key in found)  # the example's codec
     offsets = sorted(
-        orjson.loads(line)["offset"] for body in found.values() for line in gzip.decompress(body).splitlines()
+        orjson.loads(line)["offset"] for body in found.values() for line in decompress(body, "zstd").splitlines()
     )
     assert offsets == [0, 1, 2, 3, 4]
 
@@ -59,15 +58,15 @@ def test_open_buffer_is_sealed_when_the_format_changes_and_never_mixed(archive):
     Archiver(archive.runtime(old)).handle(msk_event(records[:20]))
     outcome = Archiver(archive.runtime(new)).handle(msk_event(records[20:]))["orders"]
     assert {flush.reason for flush in outcome.flushes} == {"format_changed"}
-    assert all(flush.key.endswith(".jsonl.gz") for flush in outcome.flushes)
+    assert all(flush.key.endswith(".jsonl.zst") for flush in outcome.flushes)
     archive.clock.advance(minutes=16)
     archive.runtime(new).writer(new.streams[0], 0).maintain()
     found = objects(archive)
     for key, body in found.items():
-        text = gzip.decompress(body) if key.endswith(".gz") else body
+        text = decompress(body, key)
         offsets = [orjson.loads(line)["offset"] for line in text.splitlines()]
-        assert all(o < 20 for o in offsets) if key.endswith(".gz") else all(o >= 20 for o in offsets)
-    assert {key.rsplit(".", 1)[-1] for key in found} == {"gz", "jsonl"}
+        assert all(o < 20 for o in offsets) if key.endswith(".zst") else all(o >= 20 for o in offsets)
+    assert {key.rsplit(".", 1)[-1] for key in found} == {"zst", "jsonl"}
     report = verify_archive(archive.s3, archive.bucket, "orders", workload.expected)
     assert (report.produced, report.lost, report.duplicated, report.misfiled) == (40, [], [], [])
 
@@ -84,7 +83,7 @@ def test_value_encoding_change_renders_each_buffer_in_its_own_encoding(archive):
     archive.runtime(as_json).writer(as_json.streams[0], 0).maintain()
     values = {}
     for body in objects(archive).values():
-        for line in gzip.decompress(body).splitlines():
+        for line in decompress(body, "zstd").splitlines():
             envelope = orjson.loads(line)
             values[envelope["offset"]] = envelope["value"]
     assert all(isinstance(values[o], str) for o in range(10))  # base64 text
@@ -104,7 +103,7 @@ def test_switching_to_parquet_with_partitions_seals_the_jsonl_buffers_and_mixes_
     archive.clock.advance(minutes=16)
     archive.runtime(new).writer(new.streams[0], 0).maintain()
     found = objects(archive)
-    jsonl = [key for key in found if key.endswith(".jsonl.gz")]
+    jsonl = [key for key in found if key.endswith(".jsonl.zst")]
     parquet = [key for key in found if key.endswith(".parquet")]
     assert jsonl and all(key.startswith("raw/orders/2026/") for key in jsonl)  # staged before: no folders
     assert parquet and all(key.split("/")[2] in {"US", "DE", "FR", "JP", "BR"} for key in parquet)
@@ -144,6 +143,6 @@ def test_a_flush_whose_format_library_is_missing_waits_sealed_and_loses_nothing(
     archive.clock.advance(minutes=16)
     archive.runtime(old).writer(old.streams[0], 0).maintain()
     found = objects(archive)
-    assert any(key.endswith(".parquet") for key in found) and any(key.endswith(".jsonl.gz") for key in found)
+    assert any(key.endswith(".parquet") for key in found) and any(key.endswith(".jsonl.zst") for key in found)
     report = verify_archive(archive.s3, archive.bucket, "orders", workload.expected)
     assert (report.produced, report.archived, report.ok) == (40, 40, True)

@@ -119,8 +119,11 @@ def test_layer_holds_the_package_and_its_dependencies_for_arm64(assembly: tuple[
     (core,) = list((python / "pydantic_core").glob("_pydantic_core*.so"))
     assert core.name == "_pydantic_core.cpython-311-aarch64-linux-gnu.so"
     assert list((python / "orjson").glob("*aarch64*.so"))
+    # zstd, the line formats' default codec: zstandard's C backend, without its unused CFFI one
+    assert list((python / "zstandard").glob("backend_c.cpython-311-aarch64-linux-gnu.so"))
+    assert not list((python / "zstandard").glob("*cffi*"))
     assert not too_new_for_lambda(python)
-    # the example's one stream writes gzip JSON lines: no formats layer
+    # the example's one stream writes zstd JSON lines: no formats layer
     assert stack.formats_layer is None
 
 

@@ -70,10 +70,11 @@ def test_torn_segment_is_never_read_and_is_collected(archive):
     torn = list(archive.staging_root.rglob("*.seg"))
     assert len(torn) == 1
     data = torn[0].read_bytes()
-    from tidemark.staging.frames import TornFrameError, decode_frames
+    from tidemark.staging.frames import TornFrameError
+    from tidemark.staging.segment import decode_segment
 
     with pytest.raises(TornFrameError):
-        decode_frames(data)
+        decode_segment(data)
     # The redelivery stages the same offsets in a new segment; the torn one is now provably
     # garbage (its first offset is at or below the staged offset) and the next run removes it.
     assert esm.deliver(batch)

@@ -38,7 +38,7 @@ def test_late_records_join_their_own_hour_without_rotating_the_current_one(archi
     assert (after.seq, after.segments, after.records) == (before.seq, before.segments, 30)
     # The late hour filled up on its own: one object of 60 records, in the 03h folder.
     keys = sorted(item["Key"] for item in archive.s3.list_objects_v2(Bucket=archive.bucket)["Contents"])
-    assert keys == ["raw/orders/2026/11/21/03/orders+0+00000000000000000030-00000000000000000089.jsonl.gz"]
+    assert keys == ["raw/orders/2026/11/21/03/orders+0+00000000000000000030-00000000000000000089.jsonl.zst"]
     assert "raw/2026-11-21T03" not in state.buffers
     head = archive.s3.head_object(Bucket=archive.bucket, Key=keys[0])
     assert head["Metadata"]["tidemark-records"] == "60"

@@ -7,7 +7,6 @@ second version behind, and every object's bytes are checked against the ledger's
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import logging
 from dataclasses import replace
@@ -15,6 +14,7 @@ from typing import Any
 
 import orjson
 import pytest
+import zstandard
 
 from tests.support.events import load_event, msk_event
 from tests.support.harness import EsmModel, assert_objects_describe_themselves, small_config
@@ -22,6 +22,7 @@ from tests.support.workload import BASE_MS, HOUR_MS, Workload, make_orders
 from tidemark.archiver import Archiver, PositionResetsError
 from tidemark.config import TidemarkConfig, parse_config
 from tidemark.faults import AFTER_UPLOAD, ALL_CRASH_POINTS, CrashAt, SimulatedCrash
+from tidemark.formats.compression import decompress
 from tidemark.ledger.dynamodb import state_pk
 from tidemark.objects.writer import META_SHA256
 from tidemark.records.esm import EventSource, build_event
@@ -243,8 +244,8 @@ def test_an_object_rendered_differently_with_the_same_records_is_adopted(archive
     [listed] = archive.s3.list_objects_v2(Bucket=archive.bucket, Prefix="raw/")["Contents"]
     key = listed["Key"]
     head = archive.s3.head_object(Bucket=archive.bucket, Key=key)
-    lines = gzip.decompress(archive.s3.get_object(Bucket=archive.bucket, Key=key)["Body"].read())
-    other = gzip.compress(lines, compresslevel=1, mtime=1)  # "another version" of the renderer
+    lines = decompress(archive.s3.get_object(Bucket=archive.bucket, Key=key)["Body"].read(), key)
+    other = zstandard.ZstdCompressor(level=19).compress(lines)  # "another version" of the renderer
 
     metadata = {**head["Metadata"], META_SHA256: hashlib.sha256(other).hexdigest()}
     archive.s3.put_object(Bucket=archive.bucket, Key=key, Body=other, Metadata=metadata)

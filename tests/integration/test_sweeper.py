@@ -11,11 +11,12 @@ import pytest
 
 from tests.support.events import msk_event
 from tests.support.harness import damage_first_segment, small_config, staged_files
+from tests.support.legacy_segments import encode_frame
 from tests.support.workload import BASE_MS, HOUR_MS, batches, make_orders
 from tidemark.archiver import Archiver
 from tidemark.buffers import BufferKey
 from tidemark.clock import ManualClock
-from tidemark.staging.frames import RAW, encode_frame
+from tidemark.staging.frames import RAW
 from tidemark.sweeper.completeness import CompletenessTracker, manifest_key
 from tidemark.sweeper.discovery import discover_all
 from tidemark.sweeper.reconcile import Reconciler

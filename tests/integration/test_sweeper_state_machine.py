@@ -19,6 +19,7 @@ import pytest
 from tests.conftest import EXAMPLE_CONFIG, REPO, Archive, make_archive
 from tests.support.events import msk_event
 from tests.support.harness import assert_objects_describe_themselves, small_config, staged_files
+from tests.support.legacy_segments import encode_frame
 from tests.support.stepfunctions import (
     LambdaProxy,
     SynthesizedSweeper,
@@ -41,7 +42,7 @@ from tidemark.faults import (
     SimulatedCrash,
 )
 from tidemark.runtime import ENV_BUCKET, ENV_LEDGER_TABLE, ENV_STAGING_ROOT
-from tidemark.staging.frames import RAW, encode_frame
+from tidemark.staging.frames import RAW
 from tidemark.verify import verify_archive
 
 MINUTE_MS = 60_000

@@ -10,9 +10,10 @@ import pyarrow as pa
 import pytest
 
 from jobs.aggregation.reader import EnvelopeError, read_object, split_envelope, value_schema
+from tests.support.legacy_segments import encode_frame
 from tidemark.formats.base import RenderContext
 from tidemark.formats.jsonl import JsonLinesFormat
-from tidemark.staging.frames import RAW, decode_frames, encode_frame
+from tidemark.staging.frames import RAW, decode_frames
 
 
 def rendered(values: list[bytes], headers=(("value", b'a,"headers":[x'),)) -> bytes:

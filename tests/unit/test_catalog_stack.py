@@ -64,7 +64,7 @@ STREAMS = [
         event_time={"timezone": "Europe/Berlin"},
     ),
     stream("payments", format={"type": "avro", "value_schema": {"fields": ORDER_FIELDS}}),
-    stream("events"),  # jsonl (gzip), json values
+    stream("events"),  # jsonl (zstd, the default), json values
     stream(
         "shipments",
         format={"type": "csv", "columns": ["partition", "offset", "event_time", "value.country", "value.price"]},
@@ -307,7 +307,7 @@ def test_jsonl_reads_with_the_openx_serde(template: Template) -> None:
         "EXTERNAL": "TRUE",
         "typeOfData": "file",
         "classification": "json",
-        "compressionType": "gzip",
+        "compressionType": "zstd",
         **HOUR_PROJECTION,
         "storage.location.template": f"s3://{BUCKET}/raw/events/${{year}}/${{month}}/${{day}}/${{hour}}/",
     }
@@ -342,7 +342,7 @@ def test_csv_skips_its_header_row(template: Template) -> None:
                         "EXTERNAL": "TRUE",
                         "typeOfData": "file",
                         "classification": "csv",
-                        "compressionType": "gzip",
+                        "compressionType": "zstd",
                         "skip.header.line.count": "1",
                         **HOUR_PROJECTION,
                         "projection.carrier.type": "injected",

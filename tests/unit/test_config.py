@@ -88,7 +88,7 @@ def test_example_config_loads_with_its_values() -> None:
     assert stream.flush.max_age == timedelta(minutes=15)
     assert stream.flush.max_age_ms == 900_000
     assert int(stream.dead_letter.max_record_bytes) == MiB
-    assert (stream.format.type, stream.format.compression) == ("jsonl", "gzip")
+    assert (stream.format.type, stream.format.compression, stream.format.zstd_level) == ("jsonl", "zstd", 1)
     (aggregation,) = stream.aggregations
     assert aggregation.name == "orders_by_product"
     assert aggregation.group_by == ["product_id"]
@@ -604,17 +604,26 @@ def test_cloudformation_accepts_these_capacity_spellings() -> None:
 @pytest.mark.parametrize(
     ("fmt", "default"),
     [
-        ("jsonl", "gzip"),
+        ("jsonl", "zstd"),
         ("parquet", "snappy"),
         ("avro", "deflate"),
-        ("csv", "gzip"),
-        ("text", "gzip"),
-        ("bytes", "gzip"),
+        ("csv", "zstd"),
+        ("text", "zstd"),
+        ("bytes", "zstd"),
     ],
 )
 def test_each_format_takes_its_default_compression(fmt: str, default: str) -> None:
     stream = parse_config(minimal(format={"type": fmt}, aggregations=[])).streams[0]
     assert (stream.format.type, stream.format.compression) == (fmt, default)
+    assert (stream.format.gzip_level, stream.format.zstd_level) == (6, 1)
+
+
+@pytest.mark.parametrize("level", [0, 23, -1])
+def test_the_zstd_level_is_one_zstd_compresses_at(level: int) -> None:
+    assert "zstd_level" in config_error(minimal(format={"type": "jsonl", "zstd_level": level}))
+    for ok in (1, 22):
+        stream = parse_config(minimal(format={"type": "jsonl", "zstd_level": ok})).streams[0]
+        assert stream.format.zstd_level == ok
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
+from tests.support.legacy_segments import encode_frame
 from tidemark.formats import JsonLinesFormat, RenderContext, format_for
-from tidemark.staging.frames import DEAD_LETTER, NO_EVENT_TIME, RAW, Frame, decode_frames, encode_frame
+from tidemark.staging.frames import DEAD_LETTER, NO_EVENT_TIME, RAW, Frame, decode_frames
 
 CONTEXT = RenderContext(topic="orders", partition=3)
 TS = 1_763_709_153_000  # 2025-11-21T07:12:33.000Z

@@ -1,4 +1,4 @@
-"""tidemark.staging.frames: the framed record format of staging segments."""
+"""tidemark.staging.frames: the framed records of format-1 staging segments (still read after an upgrade)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
+from tests.support.legacy_segments import encode_frame
 from tidemark.staging.frames import (
     DEAD_LETTER,
     HEADER_SIZE,
@@ -18,7 +19,6 @@ from tidemark.staging.frames import (
     Frame,
     TornFrameError,
     decode_frames,
-    encode_frame,
 )
 
 

@@ -13,7 +13,9 @@ from tidemark.config import StreamConfig, load_config
 from tidemark.config.model import DeadLetterConfig, EncodingConfig, EventTimeConfig
 from tidemark.records.model import Record
 from tidemark.routing import INVALID_HEADER, INVALID_KEY, INVALID_VALUE, OVERSIZED, Routed, Router
-from tidemark.staging.frames import DEAD_LETTER, NO_EVENT_TIME, RAW, Frame, decode_frames
+from tidemark.staging.frames import DEAD_LETTER, NO_EVENT_TIME, RAW, Frame
+from tidemark.staging.segment import decode_segment
+from tidemark.writer.segments import SegmentEncoder
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "config" / "tidemark.yaml"
 NOW = 1_763_712_000_000  # 2025-11-21T08:00:00Z, ManualClock's default
@@ -36,17 +38,21 @@ def order(
     return Record("orders", 3, 42, timestamp, value, key, headers)
 
 
-def single_frame(routed: Routed) -> Frame:
-    frames = decode_frames(routed.frame)
+def single_frame(record: Record, routed: Routed) -> Frame:
+    """The record as the archiver stages it under this route, read back from its segment."""
+    (segment,) = SegmentEncoder().encode([record], [routed])
+    assert segment.buffer == routed.buffer
+    frames = decode_segment(segment.data)
     assert len(frames) == 1
     return frames[0]
 
 
 def test_valid_order_goes_to_the_raw_buffer_of_its_created_at_hour(stream: StreamConfig) -> None:
     value = b'{"order_id":"o-1001","price":12.5,"created_at":"2026-11-21T07:12:33Z"}'
-    routed = router(stream).route(order(value, headers=HEADERS))
+    record = order(value, headers=HEADERS)
+    routed = router(stream).route(record)
     assert (routed.buffer, routed.reason) == (BufferKey("raw", "2026-11-21T07"), "")
-    assert decode_frames(routed.frame) == [Frame(RAW, 42, KAFKA_TS, 1_795_245_153_000, b"o-1", value, HEADERS, "")]
+    assert [single_frame(record, routed)] == [Frame(RAW, 42, KAFKA_TS, 1_795_245_153_000, b"o-1", value, HEADERS, "")]
 
 
 @pytest.mark.parametrize(
@@ -60,21 +66,23 @@ def test_valid_order_goes_to_the_raw_buffer_of_its_created_at_hour(stream: Strea
     ],
 )
 def test_event_hour_comes_from_created_at(stream: StreamConfig, created_at: bytes, hour: str, event_ms: int) -> None:
-    routed = router(stream).route(order(b'{"created_at":' + created_at + b"}"))
+    record = order(b'{"created_at":' + created_at + b"}")
+    routed = router(stream).route(record)
     assert routed.buffer == BufferKey("raw", hour)
-    assert single_frame(routed).event_time_ms == event_ms
+    assert single_frame(record, routed).event_time_ms == event_ms
 
 
 def test_null_key_is_archived_as_null(stream: StreamConfig) -> None:
-    routed = router(stream).route(order(b'{"created_at":1763709300}', key=None))
-    assert single_frame(routed).key is None
+    record = order(b'{"created_at":1763709300}', key=None)
+    routed = router(stream).route(record)
+    assert single_frame(record, routed).key is None
     assert routed.reason == ""
 
 
 def _assert_dead_letter(routed: Routed, record: Record, reason: str, hour: str) -> Frame:
     assert routed.buffer == BufferKey("errors", hour)
     assert routed.reason == reason
-    frame = single_frame(routed)
+    frame = single_frame(record, routed)
     assert (frame.kind, frame.offset, frame.timestamp_ms, frame.event_time_ms) == (
         DEAD_LETTER,
         record.offset,
@@ -146,8 +154,9 @@ def test_non_utf8_key_is_dead_lettered(stream: StreamConfig) -> None:
 
 def test_non_utf8_key_is_fine_for_a_bytes_key_encoding(stream: StreamConfig) -> None:
     binary_keys = router(stream, encoding=EncodingConfig(key="bytes"))
-    routed = binary_keys.route(order(b'{"created_at":1763709300}', key=b"\xff\xfe"))
-    assert (routed.buffer, routed.reason, single_frame(routed).key) == (
+    record = order(b'{"created_at":1763709300}', key=b"\xff\xfe")
+    routed = binary_keys.route(record)
+    assert (routed.buffer, routed.reason, single_frame(record, routed).key) == (
         BufferKey("raw", "2025-11-21T07"),
         "",
         b"\xff\xfe",
@@ -179,15 +188,16 @@ def test_dead_letter_hour_uses_the_stream_time_zone(stream: StreamConfig) -> Non
     )
     record = order(b"not json", timestamp=1_763_710_200_000)  # 2025-11-21T07:30Z = 13:00 IST
     assert kolkata.route(record).buffer == BufferKey("errors", "2025-11-21T13")
-    routed = kolkata.route(order(b'{"created_at":"2026-11-21T12:42:33"}'))  # naive, read as IST
+    record = order(b'{"created_at":"2026-11-21T12:42:33"}')
+    routed = kolkata.route(record)  # naive, read as IST
     assert routed.buffer == BufferKey("raw", "2026-11-21T12")
-    assert single_frame(routed).event_time_ms == 1_795_245_153_000
+    assert single_frame(record, routed).event_time_ms == 1_795_245_153_000
 
 
 def test_long_reasons_are_truncated_to_1000_characters(stream: StreamConfig) -> None:
     record = order(b"x")
     routed = router(stream).dead_letter(record, "custom", "d" * 5000)
-    frame = single_frame(routed)
+    frame = single_frame(record, routed)
     assert frame.reason == ("custom: " + "d" * 5000)[:1000]
     assert routed.reason == "custom"
 
@@ -196,9 +206,10 @@ def test_record_timestamp_streams_accept_anything_decodable(stream: StreamConfig
     by_timestamp = router(
         stream, event_time=EventTimeConfig(source="record_timestamp"), encoding=EncodingConfig(value="bytes")
     )
-    routed = by_timestamp.route(order(b"\x00\xffnot json", timestamp=KAFKA_TS))
+    record = order(b"\x00\xffnot json", timestamp=KAFKA_TS)
+    routed = by_timestamp.route(record)
     assert routed.buffer == BufferKey("raw", "2025-11-21T07")
-    assert single_frame(routed) == Frame(RAW, 42, KAFKA_TS, KAFKA_TS, b"o-1", b"\x00\xffnot json")
+    assert single_frame(record, routed) == Frame(RAW, 42, KAFKA_TS, KAFKA_TS, b"o-1", b"\x00\xffnot json")
 
 
 def test_record_timestamp_minus_one_is_dead_lettered_not_rejected(stream: StreamConfig) -> None:
@@ -220,15 +231,20 @@ def test_processing_time_streams_file_by_the_clock(stream: StreamConfig) -> None
     by_clock = router(stream, clock, event_time=EventTimeConfig(source="processing_time"))
     assert by_clock.route(order(b'{"created_at":1}')).buffer == BufferKey("raw", "2025-11-21T08")
     clock.advance(minutes=60)
-    routed = by_clock.route(order(b'{"created_at":1}'))
-    assert (routed.buffer, single_frame(routed).event_time_ms) == (BufferKey("raw", "2025-11-21T09"), NOW + 3_600_000)
+    record = order(b'{"created_at":1}')
+    routed = by_clock.route(record)
+    assert (routed.buffer, single_frame(record, routed).event_time_ms) == (
+        BufferKey("raw", "2025-11-21T09"),
+        NOW + 3_600_000,
+    )
 
 
 def test_json_with_big_integers_is_archived_unchanged(stream: StreamConfig) -> None:
     value = b'{"created_at":1763709300,"big":123456789012345678901234567890,"f":1.0e+2}'
-    routed = router(stream).route(order(value))
+    record = order(value)
+    routed = router(stream).route(record)
     assert (routed.buffer, routed.reason) == (BufferKey("raw", "2025-11-21T07"), "")
-    assert single_frame(routed).value == value
+    assert single_frame(record, routed).value == value
 
 
 # -- partition_by, value schema, text format ------------------------------------------------------
@@ -243,7 +259,8 @@ def test_partition_by_puts_records_under_their_folders(stream: StreamConfig) -> 
         stream, partition_by={"fields": ["_value.country", "_header.tenant"], "style": "keys_and_values"}
     )
     value = b'{"order_id":"o-1","country":"../../x","created_at":"2026-11-21T07:12:33Z"}'
-    routed = router(partitioned).route(order(value, headers=(("tenant", b"acme"),)))
+    record = order(value, headers=(("tenant", b"acme"),))
+    routed = router(partitioned).route(record)
     assert routed.buffer == BufferKey("raw", "2026-11-21T07", "country=..%2F..%2Fx/tenant=acme")
     assert str(routed.buffer) == "raw/2026-11-21T07/country=..%2F..%2Fx/tenant=acme"
     assert BufferKey.parse(str(routed.buffer)) == routed.buffer
@@ -254,10 +271,11 @@ def test_a_missing_partition_field_is_a_folder_or_a_dead_letter(stream: StreamCo
     folder = router(configured(stream, partition_by={"fields": ["_value.country"]})).route(order(value))
     assert folder.buffer == BufferKey("raw", "2026-11-21T07", "__missing__")
     strict = configured(stream, partition_by={"fields": ["_value.country"], "missing": "dead_letter"})
-    dead = router(strict).route(order(value))
+    record = order(value)
+    dead = router(strict).route(record)
     assert (dead.buffer.kind, dead.reason) == ("errors", "missing_partition_value")
-    assert single_frame(dead).reason == "missing_partition_value: partition_by field _value.country is missing"
-    assert single_frame(dead).value == value  # every original byte kept
+    assert single_frame(record, dead).reason == "missing_partition_value: partition_by field _value.country is missing"
+    assert single_frame(record, dead).value == value  # every original byte kept
 
 
 def test_a_value_breaking_the_declared_schema_is_dead_lettered(stream: StreamConfig) -> None:
@@ -277,10 +295,11 @@ def test_a_value_breaking_the_declared_schema_is_dead_lettered(stream: StreamCon
     good = b'{"order_id":"o-1","price":12,"created_at":"2026-11-21T07:12:33Z"}'
     bad = b'{"order_id":"o-1","price":"12","created_at":"2026-11-21T07:12:33Z"}'
     assert router(typed).route(order(good)).reason == ""
-    routed = router(typed).route(order(bad))
+    record = order(bad)
+    routed = router(typed).route(record)
     assert (routed.buffer.kind, routed.reason) == ("errors", "schema_mismatch")
-    assert "'price' is str" in single_frame(routed).reason
-    assert single_frame(routed).value == bad
+    assert "'price' is str" in single_frame(record, routed).reason
+    assert single_frame(record, routed).value == bad
 
 
 def test_the_text_format_dead_letters_multi_line_text_values(stream: StreamConfig) -> None:
@@ -292,7 +311,8 @@ def test_the_text_format_dead_letters_multi_line_text_values(stream: StreamConfi
         format={"type": "text"},
     )
     assert router(text).route(order(b"one line")).reason == ""
-    routed = router(text).route(order(b"two\nlines"))
+    record = order(b"two\nlines")
+    routed = router(text).route(record)
     assert (routed.buffer.kind, routed.reason) == ("errors", "multiline_text_value")
 
 
@@ -317,5 +337,6 @@ def test_values_too_deep_to_render_are_dead_lettered_not_raised(stream: StreamCo
         },
     )
     value = b'{"created_at":"2026-11-21T07:12:33Z","c":' + deep(1000) + b"}"
-    routed = router(typed).route(order(value))
-    assert routed.reason == "schema_mismatch" and "a JSON array" in single_frame(routed).reason
+    record = order(value)
+    routed = router(typed).route(record)
+    assert routed.reason == "schema_mismatch" and "a JSON array" in single_frame(record, routed).reason

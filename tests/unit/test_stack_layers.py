@@ -1,5 +1,6 @@
-"""Which functions run on the formats layer: only those rendering a stream's Parquet, Avro, CSV or
-zstd objects (the stream's archiver and the sweeper's SweepPartition); every one on the core layer.
+"""Which functions run on the formats layer: only those rendering a stream's Parquet, Avro or CSV
+objects (the stream's archiver and the sweeper's SweepPartition); every one on the core layer,
+which holds zstd (the line formats' default codec).
 
 Synthesized with bundling skipped (tests.support.cdk): no pip, no network. Building the layers
 for real is tests/integration/test_core_layer.py's and test_formats_layer.py's.
@@ -18,7 +19,7 @@ from aws_cdk.assertions import Template
 
 from stacks.functions import Placement
 from stacks.grants import ArchiveAccess
-from stacks.layer import FORMATS_SLIM, needs_format_layer, slimmed_away
+from stacks.layer import CORE_SLIM, FORMATS_SLIM, needs_format_layer, project_requirements, slimmed_away
 from stacks.network import NetworkConstruct
 from stacks.staging import StagingConstruct
 from stacks.storage import StorageConstruct
@@ -54,15 +55,18 @@ def synth(config: TidemarkConfig, cache: Path) -> tuple[TidemarkStack, Template]
         ({"type": "jsonl", "compression": "none"}, False),
         ({"type": "text", "compression": "gzip"}, False),
         ({"type": "bytes"}, False),
-        ({"type": "jsonl", "compression": "zstd"}, True),
-        ({"type": "bytes", "compression": "zstd"}, True),
+        ({"type": "jsonl", "compression": "zstd"}, False),
+        ({"type": "bytes", "compression": "zstd"}, False),
+        ({"type": "text", "compression": "zstd", "zstd_level": 19}, False),
+        ({"type": "csv"}, True),
+        ({"type": "avro", "compression": "zstandard"}, True),
         ({"type": "parquet"}, True),
         ({"type": "parquet", "compression": "gzip"}, True),
         ({"type": "avro", "compression": "null"}, True),
         ({"type": "csv", "compression": "none"}, True),
     ],
 )
-def test_a_stream_needs_the_formats_layer_for_parquet_avro_csv_and_zstd(
+def test_a_stream_needs_the_formats_layer_for_parquet_avro_and_csv_not_zstd(
     example_config: TidemarkConfig, fmt: dict[str, Any], needs: bool
 ) -> None:
     data = {**stream(example_config, "s", fmt), "aggregations": []}  # text keeps no offsets to aggregate on
@@ -101,7 +105,7 @@ def test_a_parquet_stream_and_the_sweeper_run_on_both_layers(example_config: Tid
         assert layers_of(template, fn) == [core]  # list, head and record: no rendering
     layer = template.to_json()["Resources"][logical_id(stack.formats_layer)]["Properties"]
     assert (layer["CompatibleRuntimes"], layer["CompatibleArchitectures"]) == (["python3.11"], ["arm64"])
-    assert layer["Description"].startswith("tidemark object formats (Parquet, Avro, CSV, zstd): pyarrow, fastavro")
+    assert layer["Description"].startswith("tidemark object formats (Parquet, Avro, CSV): pyarrow, fastavro, cramjam")
     assert "manylinux2014_aarch64" in layer["Description"]
     assert len(layer["Description"]) <= 256  # Lambda's limit
     assert not (tmp_path / "cache").exists()  # bundling skipped: no pip
@@ -180,7 +184,6 @@ def test_a_sweeper_rendering_csv_without_the_formats_layer_is_refused(example_co
         ("pyarrow/_flight.cpython-311-aarch64-linux-gnu.so", True),
         ("pyarrow/libarrow_python.so", True),
         ("pyarrow/libarrow_python.so.2000.0.0", True),
-        ("zstandard/_cffi.cpython-311-aarch64-linux-gnu.so", True),
         # what the formats load stays
         ("pyarrow/libarrow_python.so.2000", False),
         ("pyarrow/libarrow.so.2000", False),
@@ -189,10 +192,38 @@ def test_a_sweeper_rendering_csv_without_the_formats_layer_is_refused(example_co
         ("pyarrow/_parquet.cpython-311-aarch64-linux-gnu.so", False),
         ("pyarrow/_csv.cpython-311-aarch64-linux-gnu.so", False),
         ("pyarrow/parquet/core.py", False),
-        ("zstandard/backend_c.cpython-311-aarch64-linux-gnu.so", False),
         ("fastavro/_write.cpython-311-aarch64-linux-gnu.so", False),
         ("cramjam/cramjam.cpython-311-aarch64-linux-gnu.so", False),
     ],
 )
 def test_slimming_leaves_out_only_what_the_formats_never_load(path: str, gone: bool) -> None:
     assert slimmed_away(path, FORMATS_SLIM) is gone
+
+
+@pytest.mark.parametrize(
+    ("path", "gone"),
+    [
+        ("zstandard/_cffi.cpython-311-aarch64-linux-gnu.so", True),
+        ("zstandard/backend_cffi.py", True),
+        ("zstandard/backend_c.cpython-311-aarch64-linux-gnu.so", False),
+        ("zstandard/__init__.py", False),
+        ("orjson/orjson.cpython-311-aarch64-linux-gnu.so", False),
+        ("pydantic_core/_pydantic_core.cpython-311-aarch64-linux-gnu.so", False),
+    ],
+)
+def test_the_core_layer_leaves_out_only_zstandards_unused_cffi_backend(path: str, gone: bool) -> None:
+    assert slimmed_away(path, CORE_SLIM) is gone
+
+
+def test_zstandard_is_the_core_layers_and_not_the_formats_layers() -> None:
+    """Lambda extracts every layer into /opt: one package in both would be two copies, and zstd
+    (the line formats' default) must not need the formats layer."""
+    names = {
+        name: {
+            requirement.split(">")[0].split("<")[0]
+            for requirement in project_requirements(REPO / "pyproject.toml", extra)
+        }
+        for name, extra in (("core", None), ("formats", "formats"))
+    }
+    assert "zstandard" in names["core"]
+    assert "zstandard" not in names["formats"]

@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.legacy_segments import encode_frame
 from tidemark.buffers import BufferKey
 from tidemark.exceptions import CorruptSegmentError, UnsafePathError
 from tidemark.sources import PartitionId
-from tidemark.staging.frames import DEAD_LETTER, NO_EVENT_TIME, RAW, Frame, encode_frame
+from tidemark.staging.frames import DEAD_LETTER, NO_EVENT_TIME, RAW, Frame
 from tidemark.staging.store import SegmentFile, SegmentRef, SegmentStore, parse_segment_name, segment_name
 
 NAME = "raw_2026-11-21T07_00000000000000000100-00000000000000000199_1763712000000_0123456789ab.seg"

@@ -52,6 +52,7 @@ class Archiver:
                 what = "Kinesis stream" if batch.kind == "kinesis" else "topic"
                 raise UnknownTopicError(f"no stream archives {what} {batch.topic!r} (configured sources: {known})")
         outcomes: dict[str, BatchOutcome] = {}
+        archived: dict[str, list[dict[str, Any]]] = {}
         refused: list[PositionResetError] = []
         for batch in batches:
             stream = config.stream_for_topic(batch.topic, batch.kind)
@@ -66,17 +67,18 @@ class Archiver:
                 )
                 refused.append(exc)
                 continue
-            logger.info(
-                "partition batch archived",
-                extra={
-                    "stream": stream.name,
+            archived.setdefault(stream.name, []).append(
+                {
                     "partition": batch.partition,
                     "first_offset": batch.records[0].offset,
                     "last_offset": batch.records[-1].offset,
-                    **result.summary(),
-                },
+                    "staged": result.staged,
+                    "duplicates": result.duplicates,
+                }
             )
             outcomes.setdefault(stream.name, BatchOutcome()).merge(result)
+        for name, partitions in archived.items():  # one line per stream and invocation, whatever the partitions
+            logger.info("batch archived", extra={"stream": name, "partitions": partitions, **outcomes[name].summary()})
         if refused:
             raise PositionResetsError(refused, outcomes)
         return outcomes

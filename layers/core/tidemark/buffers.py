@@ -7,7 +7,7 @@ under partition-by folders, since a partition value may be what is wrong with th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from tidemark.exceptions import UnsafePathError
 from tidemark.names import HOUR, matches
@@ -18,24 +18,32 @@ ERRORS_KIND = "errors"
 KINDS = (RAW_KIND, ERRORS_KIND)
 
 
-@dataclass(frozen=True, order=True, slots=True)
-class BufferKey:
+class _Key(NamedTuple):
     kind: str
     hour: str
     folders: str = ""  # the record's partition-by folders (tidemark.partitioning), '' if none
 
-    def __post_init__(self) -> None:
-        if (
-            self.kind not in KINDS
-            or not matches(HOUR, self.hour)
-            or not valid_folders(self.folders)
-            or (self.folders and self.kind != RAW_KIND)
-        ):
-            raise UnsafePathError(f"invalid buffer key {self.kind!r}/{self.hour!r}/{self.folders!r}")
+
+class BufferKey(_Key):
+    """Which buffer of a partition: (kind, event hour, partition-by folders), validated.
+
+    A tuple, so hashing and comparing it are C calls: the archiver groups every record of a
+    batch by its buffer key.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, kind: str, hour: str, folders: str = "") -> BufferKey:
+        if kind not in KINDS or not matches(HOUR, hour) or not valid_folders(folders) or (folders and kind != RAW_KIND):
+            raise UnsafePathError(f"invalid buffer key {kind!r}/{hour!r}/{folders!r}")
+        return super().__new__(cls, kind, hour, folders)
 
     def __str__(self) -> str:
         # Buffers of unpartitioned streams keep the form ledgers already hold: kind/hour.
         return f"{self.kind}/{self.hour}/{self.folders}" if self.folders else f"{self.kind}/{self.hour}"
+
+    def __repr__(self) -> str:
+        return f"BufferKey(kind={self.kind!r}, hour={self.hour!r}, folders={self.folders!r})"
 
     @classmethod
     def parse(cls, text: str) -> BufferKey:

@@ -43,7 +43,7 @@ INVALID_EVENT_TIME = "invalid_event_time"
 
 # Epoch numbers below this are seconds, above are milliseconds (1e11 s is the year 5138,
 # 1e11 ms is 1973), the usual heuristic for 'auto'.
-_SECONDS_LIMIT = 100_000_000_000
+SECONDS_LIMIT = _SECONDS_LIMIT = 100_000_000_000
 MIN_MS = 0  # 1970-01-01
 # 9999-12-30T23:59:59.999Z: a day short of datetime's limit, so the hour label of any accepted
 # time exists in every time zone.
@@ -121,7 +121,8 @@ def _from_fixed_point(text: str, fmt: str) -> int | None:
 def _parse_number(text: str) -> int | Decimal | None:
     """A numeric string as an exact number, None if it is not one."""
     try:
-        return Decimal(text) if "." in text else int(text)
+        plain = "." not in text and "e" not in text and "E" not in text  # '17e8' is a number too
+        return int(text) if plain else Decimal(text)
     except (ValueError, InvalidOperation):  # ValueError also for ints longer than 4300 digits
         return None
 
@@ -231,6 +232,30 @@ class HourBucketer:
         self._offsets: dict[int, object] = {}
         self._labels: dict[int, str] = {}
 
+    @property
+    def zone(self) -> ZoneInfo:
+        return self._zone
+
+    def labels(self, times: list[int]) -> list[str]:
+        """``[self.label(ms) for ms in times]``, looked up once per distinct UTC hour where the
+        zone's offset is a whole number of hours all through it (every UTC hour in UTC)."""
+        buckets = [ms // _HOUR_MS for ms in times]
+        table: dict[int, str] = {}
+        for bucket in set(buckets):
+            offset = 0 if self._utc else self._offset_of(bucket)
+            if offset is self._VARIES or offset % _HOUR_MS:  # type: ignore[operator]
+                return [self.label(ms) for ms in times]
+            table[bucket] = self._label(bucket + offset // _HOUR_MS)  # type: ignore[operator]
+        return list(map(table.__getitem__, buckets))
+
+    def _offset_of(self, bucket: int) -> object:
+        """The zone's offset in ms all through UTC hour ``bucket``, or ``_VARIES``."""
+        offset = self._offsets.get(bucket)
+        if offset is None:
+            first, last = self._offset_ms(bucket * _HOUR_MS), self._offset_ms(bucket * _HOUR_MS + _HOUR_MS - 1)
+            offset = self._offsets[bucket] = first if first == last else self._VARIES
+        return offset
+
     def _offset_ms(self, ms: int) -> int:
         offset = datetime.fromtimestamp(ms / 1000, self._zone).utcoffset()
         return 0 if offset is None else offset // timedelta(milliseconds=1)
@@ -248,11 +273,7 @@ class HourBucketer:
     def label(self, ms: int) -> str:
         if self._utc:
             return self._label(ms // _HOUR_MS)
-        bucket = ms // _HOUR_MS
-        offset = self._offsets.get(bucket)
-        if offset is None:
-            first, last = self._offset_ms(bucket * _HOUR_MS), self._offset_ms(bucket * _HOUR_MS + _HOUR_MS - 1)
-            offset = self._offsets[bucket] = first if first == last else self._VARIES
+        offset = self._offset_of(ms // _HOUR_MS)
         local_ms = ms + (self._offset_ms(ms) if offset is self._VARIES else offset)  # type: ignore[operator]
         return self._label(local_ms // _HOUR_MS)
 

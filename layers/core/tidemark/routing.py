@@ -4,10 +4,21 @@ Bad input never blocks a partition and is never silently dropped: a record that 
 not valid for the configured encoding, or without a usable event time is staged like any other
 record, into the ``errors`` buffer of its Kafka-timestamp hour, with its original bytes and the
 reason. It therefore gets the same exactly-once treatment as archived records.
+
+``Router.route`` decides one record at a time and is the definition of every verdict.
+``Router.route_batch`` gives the same verdicts for a whole batch, column at a time: for the
+common stream (JSON values, event time from a JSON field or the record's timestamp, no
+partition-by levels, no schema) it parses each value once with orjson and reads the event
+time in one loop, and sends every record it is not sure about -- any that could be oversized,
+carries non-ASCII text that must be UTF-8, is not JSON, or has no plain integer event time
+in range -- through ``route``. ``tests/unit/test_router_equivalence.py`` holds the two to the
+same verdicts on generated awkward input.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from functools import partial
 from typing import NamedTuple
 
 import orjson
@@ -15,11 +26,18 @@ import orjson
 from tidemark.buffers import ERRORS_KIND, RAW_KIND, BufferKey
 from tidemark.clock import Clock
 from tidemark.config.model import StreamConfig
-from tidemark.eventtime import MAX_MS, MIN_MS, EventTimeError, HourBucketer, build_extractor
+from tidemark.eventtime import (
+    MAX_MS,
+    MIN_MS,
+    SECONDS_LIMIT,
+    EventTimeError,
+    HourBucketer,
+    build_extractor,
+    parse_time_value,
+)
 from tidemark.exceptions import UnsafePathError
 from tidemark.partitioning import MissingPartitionValue, Partitioner
 from tidemark.records.model import Record
-from tidemark.staging.frames import DEAD_LETTER, NO_EVENT_TIME, RAW, encode_frame
 from tidemark.valuepath import UnrenderableField, cell
 from tidemark.valueschema import ValueSchema
 
@@ -41,10 +59,16 @@ class Rejected(Exception):
 
 
 class Routed(NamedTuple):
+    """Where one record goes. The segment keeps ``event_ms`` (``NO_EVENT_TIME`` for dead
+    letters) and, for a dead letter, ``detail``: its reason code and what was wrong."""
+
     buffer: BufferKey
-    frame: bytes
     reason: str  # "" for archived records, else the dead-letter reason code
     event_ms: int = -1  # the event time of an archived record (-1 for dead letters)
+    detail: str = ""  # a dead letter's "reason: what was wrong", at most 1000 characters
+
+
+_archived = partial(tuple.__new__, Routed)  # Routed((buffer, "", event_ms, "")) without the Python-level __new__
 
 
 class Router:
@@ -73,6 +97,21 @@ class Router:
             or bool(self._csv_paths)
         )
         self._keys: dict[tuple[str, str, str], BufferKey] = {}
+        # The column-at-a-time path (route_batch) serves streams whose every verdict it can
+        # reach by itself for the common record; any other stream is routed record by record.
+        event_time = stream.event_time
+        self._field_path = tuple(event_time.field.split(".")) if event_time.field else ()
+        self._time_format = event_time.format
+        self._zone = self._hours.zone
+        self._batchable = (
+            self._value_encoding == "json"
+            and self._schema is None
+            and not self._csv_paths
+            and not stream.partition_by.fields
+            and event_time.source in ("json_field", "record_timestamp")
+        )
+        self._from_field = event_time.source == "json_field"
+        self._header_codes: dict[tuple[tuple[str, bytes], ...], int] = {}
 
     def _key(self, kind: str, hour: str, folders: str = "") -> BufferKey:
         key = self._keys.get((kind, hour, folders))
@@ -86,7 +125,7 @@ class Router:
         """Validate the record's bytes; return the parsed JSON value when the stream needs it."""
         size = len(record.value) + (len(record.key) if record.key else 0)
         if record.headers:
-            size += sum(len(name) + len(data) for name, data in record.headers)
+            size += sum(len(name.encode("utf-8")) + len(data) for name, data in record.headers)
         if size > self._max_bytes:
             raise Rejected(OVERSIZED, f"record is {size} bytes (key, value and headers), limit {self._max_bytes}")
         if self._key_text and record.key is not None:
@@ -122,6 +161,108 @@ class Router:
                 raise Rejected(MULTILINE_TEXT, "the text format keeps one value per line; this value has a line break")
         return parsed if self._needs_parse else None
 
+    def route_batch(self, records: Sequence[Record]) -> list[Routed]:
+        """``[self.route(record) for record in records]``, computed column at a time where the
+        stream allows (see the module docstring)."""
+        if not self._batchable or len(records) < 2:
+            return [self.route(record) for record in records]
+        _topics, _partitions, _offsets, timestamps, values, keys, headers = zip(*records, strict=True)
+        unsure = self._unsure_bytes(values, keys, headers)
+        if self._from_field:
+            event_times = self._field_times(values)
+        else:
+            unsure.update(self._not_json(values))
+            event_times = [ms if MIN_MS <= ms <= MAX_MS else -1 for ms in timestamps]
+        unsure.update(index for index, ms in enumerate(event_times) if ms < 0)
+        labels = self._hours.labels([ms if ms >= 0 else 0 for ms in event_times])
+        key = self._key
+        buffers = {label: key(RAW_KIND, label) for label in set(labels)}
+        blanks = [""] * len(records)
+        routed = list(map(_archived, zip(map(buffers.__getitem__, labels), blanks, event_times, blanks, strict=True)))
+        for index in unsure:
+            routed[index] = self.route(records[index])
+        return routed
+
+    def _unsure_bytes(
+        self,
+        values: Sequence[bytes],
+        keys: Sequence[bytes | None],
+        headers: Sequence[tuple[tuple[str, bytes], ...]],
+    ) -> set[int]:
+        """Records that may be oversized or carry text that may not be UTF-8: ``route`` decides them."""
+        unsure: set[int] = set()
+        codes = [self._header_code(pairs) if pairs else 0 for pairs in headers]
+        lowest = min(codes)
+        biggest_headers = max(max(codes), ~lowest if lowest < 0 else 0)
+        longest_key = max(map(len, filter(None, keys)), default=0)
+        if max(map(len, values)) + longest_key + biggest_headers > self._max_bytes:
+            unsure.update(
+                index
+                for index, (value, key, code) in enumerate(zip(values, keys, codes, strict=True))
+                if len(value) + (len(key) if key else 0) + (code if code >= 0 else ~code) > self._max_bytes
+            )
+        if self._key_text and not all(map(bytes.isascii, filter(None, keys))):
+            unsure.update(index for index, key in enumerate(keys) if key and not key.isascii())
+        if self._headers_text and lowest < 0:
+            unsure.update(index for index, code in enumerate(codes) if code < 0)
+        return unsure
+
+    def _header_code(self, pairs: tuple[tuple[str, bytes], ...]) -> int:
+        """The bytes of a record's headers as ``_check`` counts them, or its complement (``~size``)
+        when some header's data is not ASCII (so may not be UTF-8). Cached: records mostly carry
+        the same few headers."""
+        code = self._header_codes.get(pairs)
+        if code is None:
+            size = sum(len(name.encode("utf-8")) + len(data) for name, data in pairs)
+            code = size if all(data.isascii() for _name, data in pairs) else ~size
+            if len(self._header_codes) > 4096:
+                self._header_codes.clear()
+            self._header_codes[pairs] = code
+        return code
+
+    @staticmethod
+    def _not_json(values: Sequence[bytes]) -> list[int]:
+        """Indices of the values orjson refuses (``route`` dead-letters them, naming why)."""
+        loads, decode_error = orjson.loads, orjson.JSONDecodeError
+        refused = []
+        for index, value in enumerate(values):
+            try:
+                loads(value)
+            except decode_error:
+                refused.append(index)
+        return refused
+
+    def _field_times(self, values: Sequence[bytes]) -> list[int]:
+        """Each value's event time in ms from its JSON field, or -1 where ``route`` must decide
+        (not JSON, no such field, or a time ``parse_time_value`` refuses)."""
+        loads, decode_error = orjson.loads, orjson.JSONDecodeError
+        path, fmt, zone = self._field_path, self._time_format, self._zone
+        single = path[0] if len(path) == 1 else None
+        times: list[int] = []
+        append = times.append
+        for value in values:  # the unsure ones are routed one by one afterwards, whatever is found here
+            try:
+                node = loads(value)
+            except decode_error:
+                append(-1)
+                continue
+            if single is not None:
+                node = node.get(single) if type(node) is dict else None
+            else:
+                for part in path:
+                    node = node.get(part) if type(node) is dict else None
+            if type(node) is int and node >= 0 and fmt != "iso8601":  # parse_time_value's _from_int
+                ms = node * 1000 if fmt == "epoch_s" or (fmt == "auto" and node < SECONDS_LIMIT) else node
+                append(ms if ms <= MAX_MS else -1)
+            elif node is None or type(node) is bool:
+                append(-1)  # missing, null or a boolean: route() names which
+            else:
+                try:
+                    append(parse_time_value(node, fmt, zone))
+                except EventTimeError:
+                    append(-1)
+        return times
+
     def route(self, record: Record) -> Routed:
         try:
             parsed = self._check(record)
@@ -133,24 +274,11 @@ class Router:
             return self.dead_letter(record, MISSING_PARTITION_VALUE, str(exc))
         except (UnrenderableField, UnsafePathError) as exc:  # defence in depth: levels are made safe
             return self.dead_letter(record, UNRENDERABLE, f"partition_by: {exc}")
-        frame = encode_frame(
-            RAW, record.offset, record.timestamp_ms, event_ms, record.key, record.value, record.headers
-        )
-        return Routed(buffer, frame, "", event_ms)
+        return Routed(buffer, "", event_ms)
 
     def dead_letter(self, record: Record, reason: str, detail: str) -> Routed:
         # Filed under its Kafka timestamp's hour; a timestamp that is itself unusable (-1, or a
         # producer's microseconds) falls back to processing time, so dead-lettering never fails.
         usable = MIN_MS <= record.timestamp_ms <= MAX_MS
         filed_ms = record.timestamp_ms if usable else self._clock.now_ms()
-        frame = encode_frame(
-            DEAD_LETTER,
-            record.offset,
-            record.timestamp_ms,
-            NO_EVENT_TIME,
-            record.key,
-            record.value,
-            record.headers,
-            reason=f"{reason}: {detail}"[:1000],
-        )
-        return Routed(self._key(ERRORS_KIND, self._hours.label(filed_ms)), frame, reason)
+        return Routed(self._key(ERRORS_KIND, self._hours.label(filed_ms)), reason, -1, f"{reason}: {detail}"[:1000])

@@ -1,8 +1,8 @@
 """Object formats behind one interface: JSON Lines, Parquet, Avro, CSV, text and bytes.
 
-JSON Lines, text and bytes need nothing beyond the core layer with ``gzip`` or ``none``;
-Parquet and CSV need pyarrow, Avro fastavro (and cramjam for snappy), zstd the zstandard
-package -- the formats layer, shipped only to streams that use them. Each format module is
+JSON Lines, text and bytes need nothing beyond the core layer, whatever their codec (zstd's
+``zstandard`` is a core dependency); Parquet and CSV need pyarrow, Avro fastavro (and cramjam
+for snappy) -- the formats layer, shipped only to streams that use them. Each format module is
 imported when its format is first asked for, so a stream without them never imports those
 libraries.
 """
@@ -10,6 +10,7 @@ libraries.
 from __future__ import annotations
 
 from tidemark.formats.base import ArchivedEnvelope, ObjectFormat, RenderContext, RenderSpec, ValueColumn
+from tidemark.formats.compression import ZSTD_LEVEL
 from tidemark.formats.jsonl import JsonLinesFormat
 
 FORMATS = ("jsonl", "parquet", "avro", "csv", "text", "bytes")
@@ -41,36 +42,37 @@ def kind_of_key(key: str) -> tuple[str, str | None]:
     return fmt, None if fmt in CODEC_INSIDE else _CODEC_OF_SUFFIX[suffix]
 
 
-def format_for(type_: str, compression: str, gzip_level: int = 6) -> ObjectFormat:
-    """The format ``type_`` with ``compression`` (one of ``config.model.COMPRESSIONS[type_]``);
+def format_for(type_: str, compression: str, gzip_level: int = 6, zstd_level: int = ZSTD_LEVEL) -> ObjectFormat:
+    """The format ``type_`` with ``compression`` (one of ``config.model.COMPRESSIONS[type_]``)
+    at ``gzip_level`` (gzip, Avro's deflate) or ``zstd_level`` (zstd, Avro's zstandard);
     ``ValueError`` for an unknown format or a codec it does not support."""
     if type_ == "jsonl":
-        return JsonLinesFormat(compression=compression, gzip_level=gzip_level)
+        return JsonLinesFormat(compression=compression, gzip_level=gzip_level, zstd_level=zstd_level)
     if type_ == "parquet":
         from tidemark.formats.parquet import ParquetFormat
 
-        return ParquetFormat(compression=compression, gzip_level=gzip_level)
+        return ParquetFormat(compression=compression, gzip_level=gzip_level, zstd_level=zstd_level)
     if type_ == "avro":
         from tidemark.formats.avro import AvroFormat
 
-        return AvroFormat(compression=compression, gzip_level=gzip_level)
+        return AvroFormat(compression=compression, gzip_level=gzip_level, zstd_level=zstd_level)
     if type_ == "csv":
         from tidemark.formats.csv import CsvFormat
 
-        return CsvFormat(compression=compression, gzip_level=gzip_level)
+        return CsvFormat(compression=compression, gzip_level=gzip_level, zstd_level=zstd_level)
     if type_ == "text":
         from tidemark.formats.text import TextFormat
 
-        return TextFormat(compression=compression, gzip_level=gzip_level)
+        return TextFormat(compression=compression, gzip_level=gzip_level, zstd_level=zstd_level)
     if type_ == "bytes":
         from tidemark.formats.bytes import BytesFormat
 
-        return BytesFormat(compression=compression, gzip_level=gzip_level)
+        return BytesFormat(compression=compression, gzip_level=gzip_level, zstd_level=zstd_level)
     raise ValueError(f"unsupported format {type_!r}")
 
 
 def format_of(spec: RenderSpec) -> ObjectFormat:
-    return format_for(spec.format, spec.compression, spec.gzip_level)
+    return format_for(spec.format, spec.compression, spec.gzip_level, spec.zstd_level)
 
 
 __all__ = [

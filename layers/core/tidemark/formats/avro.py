@@ -25,9 +25,9 @@ and for Kinesis (the same record name; no headers field, Kinesis records have no
     partition_key                   ["null", string | bytes], default null   as Kafka's key
     value                           as Kafka's value, tidemark.Value included
 
-Codecs: ``deflate`` (default, at the stream's ``gzip_level``), ``snappy``, ``zstandard`` (level
-:data:`ZSTD_LEVEL`, compressed with the ``zstandard`` package, registered with fastavro here:
-fastavro's own codec needs ``backports.zstd``, which the formats layer does not ship), ``null``.
+Codecs: ``deflate`` (default, at the stream's ``gzip_level``), ``snappy``, ``zstandard`` (at the
+stream's ``zstd_level``, compressed with the ``zstandard`` package, registered with fastavro here:
+fastavro's own codec needs ``backports.zstd``, which neither layer ships), ``null``.
 
 Deterministic: the sync marker is the first 16 bytes of SHA-256 of the object's key (a
 re-upload of the same key gets the same marker, two objects different ones), blocks close at
@@ -174,16 +174,17 @@ class AvroFormat:
     content_type = "application/avro"
     extension = "avro"
 
-    def __init__(self, compression: str = "deflate", gzip_level: int = 6) -> None:
+    def __init__(self, compression: str = "deflate", gzip_level: int = 6, zstd_level: int = ZSTD_LEVEL) -> None:
         if compression not in CODECS:
             raise ValueError(f"unsupported compression {compression!r}")
         self.compression = compression
         self.gzip_level = gzip_level
+        self.zstd_level = zstd_level
 
     def write(self, frames: Iterable[Frame], context: RenderContext, out: BinaryIO) -> int:
         schema = fastavro.parse_schema(avro_schema(context))
         counted = [0]
-        level = {"deflate": self.gzip_level, "zstandard": ZSTD_LEVEL}.get(self.compression)
+        level = {"deflate": self.gzip_level, "zstandard": self.zstd_level}.get(self.compression)
         fastavro.writer(
             cast(BinaryIO, PositionedSink(out)),  # fastavro asks the output whether it is seekable
             schema,

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO, NamedTuple, Protocol
 
+from tidemark.formats.compression import ZSTD_LEVEL
 from tidemark.sources import KAFKA, EnvelopeNames, PartitionId, shape_of
 from tidemark.staging.frames import Frame
 
@@ -47,6 +48,12 @@ class RenderContext:
         return shape_of(self.source).envelope
 
 
+#: the codecs whose level is ``RenderSpec.zstd_level``
+ZSTD_CODECS = frozenset({"zstd", "zstandard"})
+#: what a spec encoded without them holds: value schema, csv columns, source kind, zstd level
+_OPTIONAL_DEFAULTS = ("", "", KAFKA, str(ZSTD_LEVEL))
+
+
 @dataclass(frozen=True, slots=True)
 class RenderSpec:
     """Everything an object's bytes depend on besides its records, fixed when a buffer opens.
@@ -54,6 +61,10 @@ class RenderSpec:
     A buffer is rendered with the spec it was staged under, whoever resumes its flush and
     whatever the configuration says by then; a buffer whose spec no longer matches the
     configuration is sealed rather than appended to (rotation reason ``format_changed``).
+
+    ``zstd_level`` is the level of a zstd codec (the line formats' and Parquet's ``zstd``,
+    Avro's ``zstandard``) and is kept only with one (otherwise it is :data:`ZSTD_LEVEL`, which
+    is also what a spec encoded before the level was configurable decodes to).
     """
 
     format: str
@@ -66,6 +77,11 @@ class RenderSpec:
     value_schema: str = ""  # ValueColumn encoding: "name:type[?],..."
     columns: str = ""  # csv columns, comma-separated
     source: str = KAFKA  # the source kind (tidemark.sources): envelope names, position width in keys
+    zstd_level: int = ZSTD_LEVEL
+
+    def __post_init__(self) -> None:
+        if self.compression not in ZSTD_CODECS:  # meaningless without zstd: one spec, one encoding
+            object.__setattr__(self, "zstd_level", ZSTD_LEVEL)
 
     def encode(self) -> str:
         parts = [
@@ -77,18 +93,22 @@ class RenderSpec:
             self.value_encoding,
             self.header_encoding,
         ]
-        if self.value_schema or self.columns or self.source != KAFKA:
-            # Specs of ledgers written before these existed stay exactly as they were.
+        # Specs of ledgers written before the optional fields existed stay exactly as they were
+        # (and so does the spec of any buffer that uses none of them).
+        zstd = self.zstd_level != ZSTD_LEVEL
+        if self.value_schema or self.columns or self.source != KAFKA or zstd:
             parts += [self.value_schema, self.columns]
-        if self.source != KAFKA:
+        if self.source != KAFKA or zstd:
             parts.append(self.source)
+        if zstd:
+            parts.append(str(self.zstd_level))
         return "|".join(parts)
 
     @classmethod
     def decode(cls, text: str) -> RenderSpec:
         fmt, compression, level, topic, key, value, headers, *extra = text.split("|")
-        schema, columns, source = (*extra, KAFKA)[:3] if extra else ("", "", KAFKA)
-        return cls(fmt, compression, int(level), topic, key, value, headers, schema, columns, source)
+        schema, columns, source, zstd = (*extra, *_OPTIONAL_DEFAULTS[len(extra) :])
+        return cls(fmt, compression, int(level), topic, key, value, headers, schema, columns, source, int(zstd))
 
     def context(self, partition: PartitionId, object_key: str = "") -> RenderContext:
         return RenderContext(

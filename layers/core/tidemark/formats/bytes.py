@@ -30,7 +30,7 @@ partition or a Kinesis shard id, a position a Kafka offset or a Kinesis sequence
 approximate arrival timestamp, epoch ms), ``event_time`` the event time the record was filed
 under (epoch ms). Kinesis records have no headers: their ``header_count`` is always 0. Records
 follow each other in position order up to the end of the (decompressed) object; there is no
-index or trailer. Compression ``gzip`` (default), ``zstd`` or ``none`` around the whole
+index or trailer. Compression ``zstd`` (a stream's default), ``gzip`` or ``none`` around the whole
 layout. An object says its version, so it reads back without knowing its source kind; Kafka's
 objects are version 1, byte for byte as before version 2 existed.
 
@@ -47,7 +47,7 @@ from collections.abc import Iterable, Iterator
 from typing import BinaryIO
 
 from tidemark.formats.base import ArchivedEnvelope, RenderContext
-from tidemark.formats.compression import chunked, compressed, decompress, extension
+from tidemark.formats.compression import ZSTD_LEVEL, chunked, compressed, decompress, extension
 from tidemark.sources import PartitionId
 from tidemark.staging.frames import Frame
 
@@ -104,10 +104,11 @@ def _short_string(text: str, what: str) -> bytes:
 class BytesFormat:
     content_type = "application/octet-stream"
 
-    def __init__(self, compression: str = "gzip", gzip_level: int = 6) -> None:
+    def __init__(self, compression: str = "gzip", gzip_level: int = 6, zstd_level: int = ZSTD_LEVEL) -> None:
         self.extension = extension("bin", compression)
         self.compression = compression
         self.gzip_level = gzip_level
+        self.zstd_level = zstd_level
 
     def write(self, frames: Iterable[Frame], context: RenderContext, out: BinaryIO) -> int:
         topic = context.topic.encode("utf-8")
@@ -123,7 +124,7 @@ class BytesFormat:
             header = FILE_HEADER.pack(MAGIC, VERSION, context.partition, len(topic)) + topic
             encode = encode_record
         count = 0
-        with compressed(out, self.compression, self.gzip_level) as sink:
+        with compressed(out, self.compression, self.gzip_level, self.zstd_level) as sink:
             sink.write(header)
             for chunk in chunked(frames, CHUNK_ROWS, CHUNK_BYTES):
                 sink.write(b"".join([encode(frame) for frame in chunk]))

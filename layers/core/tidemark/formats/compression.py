@@ -1,14 +1,19 @@
 """Stream compression of the line and record formats (JSON Lines, CSV, text, bytes), and the
 output plumbing the formats share.
 
-Codecs (``none | gzip | zstd``), each byte-for-byte deterministic for the same input written
-in the same chunks (every format chunks by record count, never by time or buffer state):
+Codecs (``none | gzip | zstd``), each byte-for-byte deterministic for the same input at the
+same level. Neither compressed stream depends on how the input is split into writes (zlib and
+zstd both buffer internally; ``tests/unit/test_render_pins.py`` pins it), so a format may
+chunk its output however it likes -- by record count, never by time or buffer state:
 
 * ``gzip``: :class:`gzip.GzipFile` with no file name and ``mtime=0`` at the stream's
   ``gzip_level`` (RFC 1952; ``gzip -d``, Athena, Spark, every tool reads it);
-* ``zstd``: one Zstandard frame (RFC 8878) from the ``zstandard`` package at the pinned
-  :data:`ZSTD_LEVEL`, single-threaded, with a content checksum and no content size (it is
-  streamed). ``zstandard`` ships in the formats layer, so it is imported only when used;
+* ``zstd``: one Zstandard frame (RFC 8878) from the ``zstandard`` package at the stream's
+  ``zstd_level`` (part of its render spec, so an object's bytes never depend on a library
+  default; :data:`ZSTD_LEVEL` for buffers staged before the level was configurable),
+  single-threaded, with a content checksum and no content size (it is streamed).
+  ``zstandard`` is a core dependency (the default codec of the line formats), imported only
+  when used;
 * ``none``: the bytes as they are.
 
 Parquet and Avro compress inside the file (their own codecs) and do not use this module's
@@ -24,7 +29,9 @@ from typing import Any, BinaryIO, Protocol
 
 from tidemark.staging.frames import DEAD_LETTER, Frame
 
-ZSTD_LEVEL = 3  # pinned: an object's bytes must not depend on a library default
+#: the zstd level of every buffer staged before the level was configurable (a render spec
+#: without one), and of a format built without one; streams choose theirs (``format.zstd_level``)
+ZSTD_LEVEL = 3
 CODECS = ("none", "gzip", "zstd")
 SUFFIXES = {"none": "", "gzip": ".gz", "zstd": ".zst"}
 _GZIP_NAMES = frozenset({"gzip", "gz"})
@@ -45,7 +52,7 @@ def extension(base: str, compression: str) -> str:
 
 
 @contextmanager
-def compressed(out: BinaryIO, compression: str, gzip_level: int = 6) -> Iterator[Sink]:
+def compressed(out: BinaryIO, compression: str, gzip_level: int = 6, zstd_level: int = ZSTD_LEVEL) -> Iterator[Sink]:
     """A sink that compresses into ``out``; the compressed stream is complete when the block
     exits (``out`` itself is left open)."""
     if compression == "none":
@@ -56,7 +63,7 @@ def compressed(out: BinaryIO, compression: str, gzip_level: int = 6) -> Iterator
     elif compression == "zstd":
         import zstandard
 
-        compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_checksum=True, write_content_size=False)
+        compressor = zstandard.ZstdCompressor(level=zstd_level, write_checksum=True, write_content_size=False)
         with compressor.stream_writer(out, closefd=False) as writer:
             yield writer
     else:

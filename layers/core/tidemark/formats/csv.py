@@ -31,8 +31,8 @@ Every column is written as a string, so the header and the cells never depend on
 inference. Quoting is pyarrow's ``needed`` style (RFC 4180): every non-null cell is quoted,
 quotes inside doubled, commas and line breaks kept inside the quotes; a null (a null key, a
 missing ``value.<path>``) is an empty, unquoted cell, so it reads back as null while an empty
-string (``""``) reads back as an empty string. Lines end with ``\\n``. Compression ``gzip``
-(default), ``zstd`` or ``none``.
+string (``""``) reads back as an empty string. Lines end with ``\\n``. Compression ``zstd``
+(a stream's default), ``gzip`` or ``none``.
 
 pyarrow ships in the formats layer, not the core one: this module is imported only for
 streams that write CSV.
@@ -51,7 +51,7 @@ import pyarrow.csv as pacsv
 
 from tidemark.eventtime import iso_utc
 from tidemark.formats.base import ArchivedEnvelope, RenderContext
-from tidemark.formats.compression import chunked, compressed, decompress, extension
+from tidemark.formats.compression import ZSTD_LEVEL, chunked, compressed, decompress, extension
 from tidemark.formats.jsonl import DECODE_STRING, ENCODE_STRING, ms_of_iso, ms_of_seconds, seconds_text
 from tidemark.staging.frames import Frame
 from tidemark.valuepath import cell
@@ -65,16 +65,17 @@ _WRITE_OPTIONS: dict[str, Any] = {"delimiter": ",", "quoting_style": "needed"}
 class CsvFormat:
     content_type = "text/csv"
 
-    def __init__(self, compression: str = "gzip", gzip_level: int = 6) -> None:
+    def __init__(self, compression: str = "gzip", gzip_level: int = 6, zstd_level: int = ZSTD_LEVEL) -> None:
         self.extension = extension("csv", compression)
         self.compression = compression
         self.gzip_level = gzip_level
+        self.zstd_level = zstd_level
 
     def write(self, frames: Iterable[Frame], context: RenderContext, out: BinaryIO) -> int:
         columns = context.columns or context.envelope.columns
         schema = pa.schema([pa.field(name, pa.string()) for name in columns])
         count = 0
-        with compressed(out, self.compression, self.gzip_level) as sink:
+        with compressed(out, self.compression, self.gzip_level, self.zstd_level) as sink:
             for chunk in chunked(frames, CHUNK_ROWS, CHUNK_BYTES):
                 sink.write(_csv_bytes(_table(chunk, context, columns, schema), header=count == 0))
                 count += len(chunk)

@@ -1,4 +1,4 @@
-"""JSON Lines, gzip by default: one envelope per record.
+"""JSON Lines, zstd by default: one envelope per record.
 
 The envelope's field names are the source kind's (``RenderContext.envelope``,
 :mod:`tidemark.sources`). Kafka archived records::
@@ -26,10 +26,12 @@ Dead-lettered records keep every original byte (base64) and say why (Kafka, then
 Keys and header values are text or base64 per the stream's encodings; values are the JSON
 itself (json), a string (text) or base64 (bytes).
 
-Compression ``gzip`` (default), ``zstd`` or ``none`` (:mod:`tidemark.formats.compression`).
-Output is byte-for-byte deterministic (gzip ``mtime=0``, no file name; zstd at a pinned
-level), so re-uploading an object after a crash overwrites it with identical bytes
-(invariant 5).
+Compression ``zstd`` (a stream's default, at its ``zstd_level``), ``gzip`` or ``none``
+(:mod:`tidemark.formats.compression`). Output is byte-for-byte deterministic (gzip
+``mtime=0``, no file name; zstd at the level of the buffer's render spec), so re-uploading an
+object after a crash overwrites it with identical bytes (invariant 5). Records are rendered a
+chunk at a time, column by column (:class:`_ChunkRenderer`), into exactly the bytes of
+:meth:`JsonLinesFormat.lines` (``tests/unit/test_render_pins.py`` pins them).
 
 Also here: the envelope helpers every format's reader shares (base64, the encodings of keys
 and header values, ISO-8601 event times and seconds-with-fraction timestamps back to epoch
@@ -39,16 +41,20 @@ milliseconds).
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable, Iterable, Iterator
+import re
+from binascii import b2a_base64
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from itertools import chain, islice, repeat
+from operator import floordiv, mod
 from typing import Any, BinaryIO
 
 import orjson
 
 from tidemark.eventtime import iso_utc
 from tidemark.formats.base import ArchivedEnvelope, RenderContext
-from tidemark.formats.compression import Sink, compressed, decompress, extension
+from tidemark.formats.compression import ZSTD_LEVEL, compressed, decompress, extension
 from tidemark.sources import EnvelopeNames, PartitionId
 from tidemark.staging.frames import DEAD_LETTER, Frame
 
@@ -155,10 +161,11 @@ one_line_json = _json_value
 class JsonLinesFormat:
     content_type = "application/x-ndjson"
 
-    def __init__(self, compression: str = "gzip", gzip_level: int = 6) -> None:
+    def __init__(self, compression: str = "gzip", gzip_level: int = 6, zstd_level: int = ZSTD_LEVEL) -> None:
         self.extension = extension("jsonl", compression)
         self.compression = compression
         self.gzip_level = gzip_level
+        self.zstd_level = zstd_level
 
     def lines(self, frames: Iterable[Frame], context: RenderContext) -> Iterable[bytes]:
         names = context.envelope
@@ -215,8 +222,18 @@ class JsonLinesFormat:
             yield template % parts
 
     def write(self, frames: Iterable[Frame], context: RenderContext, out: BinaryIO) -> int:
-        with compressed(out, self.compression, self.gzip_level) as sink:
-            return _write_chunked(self.lines(frames, context), sink)
+        """Every frame's line, rendered a chunk at a time (:class:`_ChunkRenderer`: the bytes
+        :meth:`lines` gives, several times faster) and written a chunk at a time, so memory holds
+        one chunk's lines however large the buffer."""
+        render = _ChunkRenderer(self, context)
+        count = 0
+        with compressed(out, self.compression, self.gzip_level, self.zstd_level) as sink:
+            frames = iter(frames)
+            while chunk := list(islice(frames, CHUNK_LINES)):
+                for part in render(chunk):
+                    sink.write(part)
+                count += len(chunk)
+        return count
 
     def read(self, body: bytes, context: RenderContext) -> Iterator[ArchivedEnvelope]:
         """Every line back as an envelope: archived records with the value's bytes exactly as
@@ -322,17 +339,163 @@ def _json_of_line(line: bytes, envelope: dict[str, Any], names: EnvelopeNames) -
     return dumps(envelope["value"])
 
 
-def _write_chunked(lines: Iterable[bytes], out: Sink, chunk_lines: int = 512) -> int:
-    """Write lines in chunks: one compressor call per few hundred records, not per record."""
-    count = 0
-    pending: list[bytes] = []
-    for line in lines:
-        pending.append(line)
-        if len(pending) == chunk_lines:
-            out.write(b"".join(pending))
-            count += len(pending)
-            pending.clear()
-    if pending:
-        out.write(b"".join(pending))
-        count += len(pending)
-    return count
+#: frames rendered (and written to the compressor) at a time: neither codec's bytes depend on it
+CHUNK_LINES = 512
+#: ... unless their values are larger than this together: then in smaller chunks, so memory holds
+#: at most about this much of rendered lines whatever the records' size
+CHUNK_BYTES = 8 * 1024 * 1024
+#: the bytes orjson escapes in a string (all others, UTF-8 included, it copies as they are)
+_ESCAPED = re.compile(rb'[\x00-\x1f"\\]')
+_CACHED_SECONDS = 100_000  # as eventtime.iso_utc's own cache
+_CACHED_HEADERS = 1_024
+
+
+class _IsoSeconds(dict[int, bytes]):
+    """Epoch second -> the ``iso_utc`` text of its start up to the milliseconds
+    (``b"2026-11-21T07:12:33."``), cached: the records of an object share few seconds."""
+
+    def __missing__(self, seconds: int) -> bytes:
+        if len(self) >= _CACHED_SECONDS:
+            self.clear()
+        prefix = self[seconds] = iso_utc(seconds * 1000)[:-4].encode("ascii")  # without "000Z"
+        return prefix
+
+
+_ISO_SECONDS = _IsoSeconds()
+
+
+class _HeadersJson(dict[tuple[tuple[str, bytes], ...], bytes]):
+    """A record's headers -> their JSON array, cached: a partition's records mostly carry the
+    same few sets of headers."""
+
+    def __init__(self, encode: Callable[[bytes], str]) -> None:
+        super().__init__()
+        self._encode = encode
+
+    def __missing__(self, headers: tuple[tuple[str, bytes], ...]) -> bytes:
+        if len(self) >= _CACHED_HEADERS:
+            self.clear()
+        encode = self._encode
+        rendered = self[headers] = (
+            orjson.dumps([{"key": name, "value": encode(data)} for name, data in headers]) if headers else b"[]"
+        )
+        return rendered
+
+
+def _literal(text: bytes) -> bytes:
+    """Bytes to appear as they are in a ``%`` template."""
+    return text.replace(b"%", b"%%")
+
+
+class _ChunkRenderer:
+    """The lines of a chunk of archived records, column at a time: the chunk's frames are
+    transposed into columns (positions, timestamps, event-time seconds and milliseconds, keys,
+    values, headers), each column is rendered with as little per-record Python as possible
+    (checked once per chunk: keys that need no escaping, values without raw line breaks; cached:
+    ISO seconds, headers), and one ``%`` of the chunk's template with every column interleaved
+    makes the lines. The bytes are exactly those of :meth:`JsonLinesFormat.lines`, which a chunk
+    holding a dead letter or anything else unusual is rendered with instead."""
+
+    def __init__(self, fmt: JsonLinesFormat, context: RenderContext) -> None:
+        names = context.envelope
+        self._fallback = fmt.lines
+        self._context = context
+        self._seconds = names.timestamp_in_seconds
+        self._with_headers = names.headers is not None
+        self._text_keys = context.key_encoding == "text"
+        self._key = _STRING[context.key_encoding]
+        self._json_values = context.value_encoding == "json"
+        self._value = _VALUE[context.value_encoding]
+        self._headers = _HeadersJson(_STRING[context.header_encoding])
+        dumps = orjson.dumps
+        partition = json_partition(context.partition, names)
+        head = b"{%b:%b,%b:%b," % (dumps(names.source), dumps(context.topic), dumps(names.partition), dumps(partition))
+        position = b'"%d"' if names.position_is_text else b"%d"
+        stamp = b"%d.%03d" if names.timestamp_in_seconds else b"%d"  # seconds: non-negative ones only
+        headers = b"" if names.headers is None else b",%b:%%b" % _literal(dumps(names.headers))
+
+        def line(key: bytes) -> bytes:
+            return b'%b%b:%b,%b:%b,"event_time":"%%b%%03dZ",%b:%b,"value":%%b%b}\n' % (
+                _literal(head),
+                _literal(dumps(names.position)),
+                position,
+                _literal(dumps(names.timestamp)),
+                stamp,
+                _literal(dumps(names.key)),
+                key,
+                headers,
+            )
+
+        self._lines = {True: line(b'"%b"'), False: line(b"%b")}  # keys quoted as they are, or rendered
+        self._templates: dict[bool, bytes] = {}  # the lines of a whole chunk
+
+    def __call__(self, chunk: list[Frame]) -> Iterator[bytes]:
+        """The chunk's lines, in one piece -- or several, when its values are large."""
+        columns = tuple(zip(*chunk, strict=True))
+        if sum(map(len, columns[5])) <= CHUNK_BYTES:  # the values
+            yield self._render(chunk, columns)
+            return
+        part: list[Frame] = []
+        size = 0
+        for frame in chunk:
+            if part and size + len(frame.value) > CHUNK_BYTES:
+                yield self._render(part, tuple(zip(*part, strict=True)))
+                part, size = [], 0
+            part.append(frame)
+            size += len(frame.value)
+        yield self._render(part, tuple(zip(*part, strict=True)))
+
+    def _render(self, chunk: list[Frame], frame_columns: tuple[tuple[Any, ...], ...]) -> bytes:
+        """``frame_columns``: the chunk transposed (kinds, positions, ..., reasons)."""
+        kinds, positions, stamps, events, keys, values, headers, _reasons = frame_columns
+        if (
+            DEAD_LETTER in kinds
+            or (self._seconds and min(stamps) < 0)
+            or (not self._with_headers and any(headers))  # the per-record path says why not
+        ):
+            return b"".join(self._fallback(chunk, self._context))
+        quoted, key_column = self._keys(keys)
+        columns: list[Iterable[Any]] = [positions]
+        if self._seconds:
+            columns += [map(floordiv, stamps, repeat(1000)), map(mod, stamps, repeat(1000))]
+        else:
+            columns.append(stamps)
+        columns += [
+            map(_ISO_SECONDS.__getitem__, map(floordiv, events, repeat(1000))),
+            map(mod, events, repeat(1000)),
+            key_column,
+            self._values(values),
+        ]
+        if self._with_headers:
+            columns.append(map(self._headers.__getitem__, headers))
+        return self._template(quoted, len(chunk)) % tuple(chain.from_iterable(zip(*columns, strict=True)))
+
+    def _keys(self, keys: tuple[bytes | None, ...]) -> tuple[bool, Sequence[bytes]]:
+        """``(True, keys to quote as they are)``, or ``(False, each key's JSON)``."""
+        try:
+            joined = b"".join(keys)  # type: ignore[arg-type]  # TypeError at a null key
+        except TypeError:
+            joined = None
+        if joined is not None:
+            if not self._text_keys:  # base64 never needs escaping
+                return True, [b2a_base64(key, newline=False) for key in keys]  # type: ignore[arg-type]
+            if joined.isascii() and _ESCAPED.search(joined) is None:
+                return True, keys  # type: ignore[return-value]
+        encode, dumps = self._key, orjson.dumps
+        return False, [b"null" if key is None else dumps(encode(key)) for key in keys]
+
+    def _values(self, values: tuple[bytes, ...]) -> Sequence[bytes]:
+        if not self._json_values:
+            return list(map(self._value, values))
+        joined = b"".join(values)
+        if 10 in joined or 13 in joined:  # a raw line break somewhere: blank them, value by value
+            return list(map(_json_value, values))
+        return values
+
+    def _template(self, quoted: bool, lines: int) -> bytes:
+        if lines != CHUNK_LINES:
+            return self._lines[quoted] * lines
+        template = self._templates.get(quoted)
+        if template is None:
+            template = self._templates[quoted] = self._lines[quoted] * lines
+        return template

@@ -33,7 +33,7 @@ are strings when ``position_is_text``, the record timestamp a timestamp when the
 it as an instant (``timestamp_in_seconds``), and there is a headers column when the source has
 headers.
 
-Codecs: ``snappy`` (default), ``zstd`` (level :data:`ZSTD_LEVEL`), ``gzip`` (the stream's
+Codecs: ``snappy`` (default), ``zstd`` (the stream's ``zstd_level``), ``gzip`` (the stream's
 ``gzip_level``), ``none``. Every writer setting that shapes the bytes is pinned here, so the
 same frames give the same file for a given pyarrow version: a row group every
 :data:`ROW_GROUP_ROWS` records or :data:`ROW_GROUP_BYTES` of keys and values, whichever comes
@@ -139,14 +139,15 @@ class ParquetFormat:
     content_type = "application/vnd.apache.parquet"
     extension = "parquet"
 
-    def __init__(self, compression: str = "snappy", gzip_level: int = 6) -> None:
+    def __init__(self, compression: str = "snappy", gzip_level: int = 6, zstd_level: int = ZSTD_LEVEL) -> None:
         if compression not in CODECS:
             raise ValueError(f"unsupported compression {compression!r}")
         self.compression = compression
         self.gzip_level = gzip_level
+        self.zstd_level = zstd_level
 
     def _writer_options(self, schema: pa.Schema, names: EnvelopeNames) -> dict[str, Any]:
-        level = {"zstd": ZSTD_LEVEL, "gzip": self.gzip_level}.get(self.compression)
+        level = {"zstd": self.zstd_level, "gzip": self.gzip_level}.get(self.compression)
         return {
             "compression": self.compression,
             "compression_level": level,

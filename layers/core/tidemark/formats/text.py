@@ -8,7 +8,7 @@ timestamps (the archive checker matches text lines to what was produced by value
 no envelope, so every source kind's objects are alike: a Kinesis stream's lines are its
 records' data exactly as a Kafka topic's are its values.
 
-Compression ``gzip`` (default), ``zstd`` or ``none``.
+Compression ``zstd`` (a stream's default), ``gzip`` or ``none``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import BinaryIO
 
 from tidemark.formats.base import ArchivedEnvelope, RenderContext
-from tidemark.formats.compression import chunked, compressed, decompress, extension
+from tidemark.formats.compression import ZSTD_LEVEL, chunked, compressed, decompress, extension
 from tidemark.formats.jsonl import one_line_json
 from tidemark.staging.frames import Frame
 
@@ -42,15 +42,16 @@ _LINE: dict[str, Callable[[bytes], bytes]] = {"json": one_line_json, "text": _te
 class TextFormat:
     content_type = "text/plain; charset=utf-8"
 
-    def __init__(self, compression: str = "gzip", gzip_level: int = 6) -> None:
+    def __init__(self, compression: str = "gzip", gzip_level: int = 6, zstd_level: int = ZSTD_LEVEL) -> None:
         self.extension = extension("txt", compression)
         self.compression = compression
         self.gzip_level = gzip_level
+        self.zstd_level = zstd_level
 
     def write(self, frames: Iterable[Frame], context: RenderContext, out: BinaryIO) -> int:
         line = _LINE[context.value_encoding]
         count = 0
-        with compressed(out, self.compression, self.gzip_level) as sink:
+        with compressed(out, self.compression, self.gzip_level, self.zstd_level) as sink:
             for chunk in chunked(frames, CHUNK_ROWS, CHUNK_BYTES):
                 sink.write(b"".join([line(frame.value) + b"\n" for frame in chunk]))
                 count += len(chunk)

@@ -158,6 +158,11 @@ def _sealed_from(raw: dict[str, Any]) -> SealedFlush:
     )
 
 
+# zlib level of the state body: every accepted batch compresses it. Level 1 is about 6x faster
+# than 6 on a typical body and about 10% larger (DynamoDB bills writes per KB).
+_BODY_LEVEL = 1
+
+
 def state_to_item(state: PartitionState) -> dict[str, Any]:
     """The state as a plain item (Python values); serialised with boto3's ``TypeSerializer``.
 
@@ -194,7 +199,7 @@ def state_to_item(state: PartitionState) -> dict[str, Any]:
         "open_buffers": len(state.buffers),
         "sealed_flushes": len(state.sealed),
         "quarantined_flushes": len(state.quarantined),
-        "body": zlib.compress(orjson.dumps(body), 6),
+        "body": zlib.compress(orjson.dumps(body), _BODY_LEVEL),
     }
 
 
@@ -343,10 +348,24 @@ def mark_from_item(item: dict[str, Any]) -> HourMark:
 
 
 def _state_item(state: PartitionState) -> dict[str, Any]:
-    """The wire item of a state, refused before sending if it is over DynamoDB's limit."""
+    """The wire item of a state, refused before sending if it is over DynamoDB's limit.
+
+    Every accepted batch writes one, so it is serialised directly: a state item holds strings,
+    integers and one binary only (boto3's ``TypeSerializer`` costs more than the rest of it)."""
     item = state_to_item(state)
     Ledger.check_item_size(state, item_size(item))
-    return _serialize(item)
+    wire: dict[str, Any] = {}
+    for name, value in item.items():
+        kind = type(value)
+        if kind is str:
+            wire[name] = {"S": value}
+        elif kind is int:
+            wire[name] = {"N": str(value)}
+        elif kind is bytes:
+            wire[name] = {"B": value}
+        else:
+            wire[name] = _SERIALIZER.serialize(value)
+    return wire
 
 
 def _version_condition(expected_version: int) -> tuple[str, dict[str, Any]]:
@@ -364,8 +383,11 @@ class DynamoDBLedger(Ledger):
         boto_config: Config | None = None,
     ) -> None:
         self.table_name = table_name
+        # Every accepted batch makes one request, built here from typed values: botocore's
+        # client-side parameter validation would only re-check what this module just built.
         self._client = client or boto3.client(
-            "dynamodb", config=boto_config or Config(retries={"mode": "standard", "max_attempts": 8})
+            "dynamodb",
+            config=boto_config or Config(retries={"mode": "standard", "max_attempts": 8}, parameter_validation=False),
         )
 
     def _get_state(self, stream: str, partition: PartitionId) -> PartitionState | None:

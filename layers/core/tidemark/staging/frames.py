@@ -1,6 +1,9 @@
-"""The framed record format of staging segments.
+"""The framed record format of version-1 staging segments, and the metadata both versions share.
 
-Every record carries its offset, its lengths and a CRC-32 over everything after the CRC, so a
+Segments are written in version 2 now (``tidemark.staging.segment``: a columnar index and one
+checksum); this module still reads version 1, which buffers staged before the upgrade hold.
+
+In version 1, every record carries its offset, its lengths and a CRC-32 over everything after the CRC, so a
 torn or damaged write is detected instead of being read as data::
 
     magic "TM" | crc32 u32 | kind u8 | offset i64 | timestamp i64 | event_time i64
@@ -58,7 +61,7 @@ class Frame(NamedTuple):
     reason: str = ""
 
 
-def _encode_meta(reason: str, headers: Sequence[tuple[str, bytes]]) -> bytes:
+def encode_meta(reason: str, headers: Sequence[tuple[str, bytes]]) -> bytes:
     reason_bytes = reason.encode("utf-8")
     parts = [_U32.pack(len(reason_bytes)), reason_bytes, _U32.pack(len(headers))]
     for name, data in headers:
@@ -67,7 +70,7 @@ def _encode_meta(reason: str, headers: Sequence[tuple[str, bytes]]) -> bytes:
     return b"".join(parts)
 
 
-def _decode_meta(meta: bytes) -> tuple[str, tuple[tuple[str, bytes], ...]]:
+def decode_meta(meta: bytes) -> tuple[str, tuple[tuple[str, bytes], ...]]:
     (reason_len,) = _U32.unpack_from(meta, 0)
     pos = 4 + reason_len
     reason = meta[4:pos].decode("utf-8")
@@ -84,34 +87,6 @@ def _decode_meta(meta: bytes) -> tuple[str, tuple[tuple[str, bytes], ...]]:
     if pos != len(meta):
         raise ValueError("trailing bytes in frame metadata")
     return reason, tuple(headers)
-
-
-def encode_frame(
-    kind: int,
-    offset: int,
-    timestamp_ms: int,
-    event_time_ms: int,
-    key: bytes | None,
-    value: bytes,
-    headers: Sequence[tuple[str, bytes]] = (),
-    reason: str = "",
-) -> bytes:
-    meta = _encode_meta(reason, headers) if headers or reason else b""
-    if offset <= _I64_MAX:
-        body = (
-            _BODY.pack(
-                kind, offset, timestamp_ms, event_time_ms, -1 if key is None else len(key), len(value), len(meta)
-            )
-            + (key or b"")
-            + value
-            + meta
-        )
-        return _PREFIX.pack(MAGIC, zlib.crc32(body)) + body
-    key_len = -1 if key is None else len(key)
-    wide = offset.to_bytes((offset.bit_length() + 7) // 8, "big")
-    body = _BODY.pack(kind, len(wide), timestamp_ms, event_time_ms, key_len, len(value), len(meta))
-    body += wide + (key or b"") + value + meta
-    return _PREFIX.pack(WIDE_MAGIC, zlib.crc32(body)) + body
 
 
 def decode_frames(data: bytes) -> list[Frame]:
@@ -149,7 +124,7 @@ def decode_frames(data: bytes) -> list[Frame]:
         key = None if key_len < 0 else data[cursor:value_start]
         if meta_len:
             try:
-                reason, headers = _decode_meta(data[meta_start:body_end])
+                reason, headers = decode_meta(data[meta_start:body_end])
             except (struct.error, ValueError) as exc:  # UnicodeDecodeError is a ValueError
                 raise TornFrameError(pos, f"bad metadata ({exc})") from None
             append(Frame(kind, offset, timestamp, event_time, key, data[value_start:meta_start], headers, reason))

@@ -6,9 +6,10 @@ zero-padded digits -- or, for positions wider than that (Kinesis sequence number
 digits, which written out twice would pass the 255-byte limit of a file name), 83 zero-padded
 base-36 digits.
 A segment is written once (``O_EXCL``), fsync'd together with its directory, and never changed.
-It becomes part of a buffer only when the ledger accepts it; until then it is garbage that
-recovery removes once it is older than the grace period (a younger one may belong to an
-invocation that is still running).
+The segments one batch writes are fsync'd concurrently with their directory, once per batch
+(``fsync`` releases the GIL; on EFS each is a round trip). A segment becomes part of a buffer only when the
+ledger accepts it; until then it is garbage that recovery removes once it is older than the
+grace period (a younger one may belong to an invocation that is still running).
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from __future__ import annotations
 import os
 import re
 import secrets
-from collections.abc import Set
+import threading
+from collections.abc import Sequence, Set
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +28,8 @@ from tidemark.exceptions import CorruptSegmentError, MissingSegmentError, Unsafe
 from tidemark.faults import AFTER_SEGMENT_WRITE, BEFORE_SEGMENT_WRITE, DURING_SEGMENT_WRITE, CrashPoints, NoCrashes
 from tidemark.names import STREAM, matches
 from tidemark.sources import PartitionId, is_partition_id, partition_of_text, partition_sort_key
-from tidemark.staging.frames import Frame, TornFrameError, decode_frames
+from tidemark.staging.frames import Frame, TornFrameError
+from tidemark.staging.segment import decode_segment
 
 _SEGMENT = re.compile(
     r"^(?P<kind>raw|errors)_(?P<hour>\d{4}-\d{2}-\d{2}T\d{2})_"
@@ -60,6 +64,17 @@ class SegmentRef:
     name: str
     records: int
     size: int
+    first: int
+    last: int
+
+
+@dataclass(frozen=True, slots=True)
+class PendingSegment:
+    """An encoded segment about to be written for ``buffer``."""
+
+    buffer: BufferKey
+    data: bytes
+    records: int
     first: int
     last: int
 
@@ -116,31 +131,50 @@ class SegmentStore:
         last: int,
         created_ms: int,
     ) -> SegmentRef:
-        """Write, fsync and name one immutable segment; return its reference for the ledger."""
+        """Write one segment of already encoded bytes (``frames`` joined; one record each)."""
+        pending = PendingSegment(buffer, b"".join(frames), len(frames), first, last)
+        return self.write_batch(stream, partition, [pending], created_ms)[0]
+
+    def write_batch(
+        self, stream: str, partition: PartitionId, segments: Sequence[PendingSegment], created_ms: int
+    ) -> list[SegmentRef]:
+        """Write, fsync and name one immutable segment per entry; return their references for the
+        ledger. Files are written one after the other, fsync'd concurrently, and their directory
+        is fsync'd once: when this returns, every segment and its name are durable."""
         directory = self.partition_dir(stream, partition)
         if not directory.is_dir():
             directory.mkdir(parents=True, exist_ok=True)
             _fsync_dir(directory.parent)
-        name = segment_name(buffer, first, last, created_ms, secrets.token_hex(6))
-        data = b"".join(frames)
-        self._crash.hit(BEFORE_SEGMENT_WRITE)
+        refs: list[SegmentRef] = []
+        descriptors: list[int] = []
         try:
-            fd = os.open(directory / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
-        except FileNotFoundError:  # the sweeper removed the (then empty) directory just now
-            directory.mkdir(parents=True, exist_ok=True)
-            _fsync_dir(directory.parent)
-            fd = os.open(directory / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
-        try:
-            half = len(data) // 2
-            _write_all(fd, data[:half])
-            self._crash.hit(DURING_SEGMENT_WRITE)
-            _write_all(fd, data[half:])
-            os.fsync(fd)
+            for segment in segments:
+                name = segment_name(segment.buffer, segment.first, segment.last, created_ms, secrets.token_hex(6))
+                self._crash.hit(BEFORE_SEGMENT_WRITE)
+                fd = _create(directory, name)
+                descriptors.append(fd)
+                data = segment.data
+                half = len(data) // 2
+                _write_all(fd, data[:half])
+                self._crash.hit(DURING_SEGMENT_WRITE)
+                _write_all(fd, data[half:])
+                refs.append(
+                    SegmentRef(
+                        name=name, records=segment.records, size=len(data), first=segment.first, last=segment.last
+                    )
+                )
+            # Opened only now: holding our files, the directory can no longer be removed (the
+            # sweeper removes empty ones) and recreated under another inode.
+            descriptors.append(os.open(directory, os.O_RDONLY))
+            # The files and their directory at once: each must be durable before the ledger
+            # accepts the segments, and nothing depends on the order in which they become so.
+            _fsync_all(descriptors)
         finally:
-            os.close(fd)
-        _fsync_dir(directory)
-        self._crash.hit(AFTER_SEGMENT_WRITE)
-        return SegmentRef(name=name, records=len(frames), size=len(data), first=first, last=last)
+            for fd in descriptors:
+                os.close(fd)
+        for _ref in refs:
+            self._crash.hit(AFTER_SEGMENT_WRITE)
+        return refs
 
     @staticmethod
     def planned_ref(buffer: BufferKey, first: int, last: int, records: int, size: int, created_ms: int) -> SegmentRef:
@@ -161,7 +195,7 @@ class SegmentStore:
         except FileNotFoundError:
             raise MissingSegmentError(f"{path}: accepted segment is missing") from None
         try:
-            frames = decode_frames(data)
+            frames = decode_segment(data)
         except TornFrameError as exc:
             raise CorruptSegmentError(f"{path}: {exc}") from None
         if len(data) != ref.size or len(frames) != ref.records:
@@ -221,6 +255,35 @@ class SegmentStore:
         except FileNotFoundError:
             return False
         return True
+
+
+def _create(directory: Path, name: str) -> int:
+    try:
+        return os.open(directory / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
+    except FileNotFoundError:  # the sweeper removed the (then empty) directory just now
+        directory.mkdir(parents=True, exist_ok=True)
+        _fsync_dir(directory.parent)
+        return os.open(directory / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
+
+
+_FSYNC_THREADS = 8
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _fsync_all(descriptors: list[int]) -> None:
+    """fsync every descriptor, concurrently when there are several (each is a round trip on EFS)."""
+    if len(descriptors) < 2:
+        for fd in descriptors:
+            os.fsync(fd)
+        return
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=_FSYNC_THREADS, thread_name_prefix="tidemark-fsync")
+        pool = _pool
+    for done in [pool.submit(os.fsync, fd) for fd in descriptors]:
+        done.result()  # re-raises an fsync's OSError here
 
 
 def _write_all(fd: int, data: bytes) -> None:

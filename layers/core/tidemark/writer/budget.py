@@ -32,7 +32,24 @@ def _position_extra(position: int) -> int:
     return 0 if position < _NARROW else len(str(position)) + 2 - 19
 
 
+# OPEN buffers outlive many accepts unchanged (an accept replaces only the buffers it appends
+# to), so their bounds are remembered by identity: each accept measures what it changed.
+_BOUNDS: dict[int, tuple[OpenBuffer, int]] = {}
+_REMEMBERED = 128
+
+
 def _buffer_bound(buffer: OpenBuffer) -> int:
+    known = _BOUNDS.get(id(buffer))
+    if known is not None and known[0] is buffer:
+        return known[1]
+    if len(_BOUNDS) >= _REMEMBERED:  # replaced buffers are kept alive here until the next clear
+        _BOUNDS.clear()
+    bound = _measure(buffer)
+    _BOUNDS[id(buffer)] = (buffer, bound)
+    return bound
+
+
+def _measure(buffer: OpenBuffer) -> int:
     # the buffer key is written twice: as the map's key (or in a flush id) and in the buffer
     return (
         _BUFFER_OVERHEAD

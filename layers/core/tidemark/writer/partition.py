@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import logging
 import secrets
+from bisect import bisect_right
 from collections.abc import Iterator, Sequence
-from itertools import pairwise
+from itertools import islice
+from operator import lt
 from typing import BinaryIO
 
 from boto3.exceptions import S3UploadFailedError
 from botocore.exceptions import BotoCoreError, ClientError
 
-from tidemark.buffers import BufferKey
+from tidemark.buffers import RAW_KIND, BufferKey
 from tidemark.clock import Clock
 from tidemark.exceptions import (
     CorruptSegmentError,
@@ -65,6 +67,9 @@ FORMAT_CHANGED = "format_changed"
 LEDGER_BUDGET = "ledger_budget"  # sealed to make room in the partition's ledger item
 DRAIN = "drain"  # an operator (or the demo's last step) asked for every open buffer to be written now
 
+# What a planned segment's size is taken to be when sizing a ledger item: no segment is larger,
+# and the real size's digits only ever make the item smaller.
+_SIZE_BOUND = 10**12 - 1
 # A warm container lists the staging directory (a network round trip on EFS) at most this often
 # per partition; a cold start and every maintenance run always do.
 GC_INTERVAL_MS = 60_000
@@ -256,17 +261,19 @@ class PartitionWriter:
             check_positions(state, records, source, reuses_positions=reuses)
         epoch = state.epoch
         routed, sources = self._route_new(records, state.staged_offset)
+        offsets = [offset for offset, _item in routed]
+        event_times = [item.event_ms for _offset, item in routed]
         conflicts_left = self.stream.archive.max_accept_attempts
         while True:
-            fresh = [pair for pair in routed if pair[0] > state.staged_offset]
+            start = bisect_right(offsets, state.staged_offset)  # routed ascends: the rest is fresh
+            fresh = routed[start:]
             if not fresh:
                 break
             if state.epoch != epoch:  # an operator started an epoch meanwhile: judge the batch again
                 raise StagingConflictError(f"{self.stream.name}/{self.partition}: epoch changed during the batch")
             if any(
-                (buffer := state.buffers.get(str(item.buffer))) is not None
-                and buffer.spec != self.stream.spec_for(item.buffer)
-                for _offset, item in fresh
+                (buffer := state.buffers.get(str(key))) is not None and buffer.spec != self.stream.spec_for(key)
+                for key in {item.buffer for _offset, item in fresh}
             ):  # the configuration's format changed since these buffers opened: seal them first
                 state = self.rotate(state, outcome)
                 conflicts_left -= 1
@@ -282,11 +289,10 @@ class PartitionWriter:
                 continue
             if len(chunk) < len(fresh):
                 outcome.chunks += 1
-            start = len(routed) - len(fresh)  # fresh is a suffix of routed (offsets ascending)
-            written = self._write_segments(chunk, now)
+            written = self._write_segments(chunk, sources[start : start + len(chunk)], now)
             # A record dated in the future (a producer's clock, a bad field) must not pin the
             # partition's watermark ahead of time: it counts as at most slightly ahead of now.
-            latest_event = min(max(item.event_ms for _offset, item in chunk), now + MAX_EVENT_LEAD_MS)
+            latest_event = min(max(event_times[start : start + len(chunk)]), now + MAX_EVENT_LEAD_MS)
             ends = {start, start + len(chunk) - 1}  # the chunk's first and last record are fingerprinted
             accepted = state.accept(
                 written,
@@ -323,7 +329,8 @@ class PartitionWriter:
             outcome.staged += len(chunk)
             outcome.bytes_staged += sum(ref.size for _key, ref in written)
             outcome.segments_written += len(written)
-            outcome.dead_lettered.update(item.reason for _offset, item in chunk if item.reason)
+            if any(key.kind != RAW_KIND for key, _ref in written):  # only errors buffers hold dead letters
+                outcome.dead_lettered.update(item.reason for _offset, item in chunk if item.reason)
             if len(chunk) < len(fresh):  # make room for the next chunk
                 state = self.flush(self.rotate(state, outcome), outcome)
         outcome.duplicates = outcome.records_in - outcome.staged
@@ -336,6 +343,16 @@ class PartitionWriter:
         new buffers, and the accepted state -- with every OPEN buffer sealed, too -- fits the
         ledger item budget. Empty if not even one record fits."""
         limit = self.stream.policy.max_open_buffers
+        distinct = {item.buffer for _offset, item in fresh}
+        new_buffers = sum(1 for key in distinct if str(key) not in state.buffers)
+        if new_buffers <= limit and self._budget.cheap_fits(
+            state,
+            segments=len(distinct),
+            new_buffers=new_buffers,
+            buffer_extra=self._buffer_extra,
+            key_bound=self._key_bound,
+        ):
+            return fresh  # the common case: nothing near the budget, nothing built to measure
         end, opened, seen = len(fresh), set[str](), set[int]()
         for index, (_offset, item) in enumerate(fresh):
             if id(item.buffer) in seen:  # the router hands out one key object per buffer: cheap
@@ -347,14 +364,6 @@ class PartitionWriter:
                     end = index
                     break
                 opened.add(name)
-        if end == len(fresh) and self._budget.cheap_fits(
-            state,
-            segments=len(seen),
-            new_buffers=len(opened),
-            buffer_extra=self._buffer_extra,
-            key_bound=self._key_bound,
-        ):
-            return fresh  # the common case: nothing near the budget, nothing built to measure
         while end > 0:
             if self._fits(fresh[:end], state, now, source):
                 return fresh[:end]
@@ -384,9 +393,7 @@ class PartitionWriter:
         planned = [
             (
                 key,
-                self._staging.planned_ref(
-                    key, items[0][0], items[-1][0], len(items), sum(len(i.frame) for _o, i in items), now
-                ),
+                self._staging.planned_ref(key, items[0][0], items[-1][0], len(items), _SIZE_BOUND, now),
             )
             for key, items in groups.items()
         ]
@@ -411,28 +418,24 @@ class PartitionWriter:
         """Route each offset above ``staged_offset`` once, in offset order (dedupe on entry);
         and the records those routes came from, index for index."""
         offsets = [record.offset for record in records]
-        if not all(a < b for a, b in pairwise(offsets)):  # ascending, no repeats: the ESM's norm
+        if not all(map(lt, offsets, islice(offsets, 1, None))):  # ascending, no repeats: the ESM's norm
             unique: dict[int, Record] = {}
             for record in records:
                 unique.setdefault(record.offset, record)
             records = sorted(unique.values(), key=lambda record: record.offset)
-        route = self.stream.router.route
-        sources = [record for record in records if record.offset > staged_offset]
-        return [(record.offset, route(record)) for record in sources], sources
+            offsets = [record.offset for record in records]
+        start = bisect_right(offsets, staged_offset)
+        sources = list(records[start:])
+        return list(zip(offsets[start:], self.stream.router.route_batch(sources), strict=True)), sources
 
-    def _write_segments(self, fresh: list[tuple[int, Routed]], now: int) -> list[tuple[BufferKey, SegmentRef]]:
-        """One immutable, fsync'd segment per buffer the records belong to."""
-        groups: dict[BufferKey, tuple[list[int], list[bytes]]] = {}
-        for offset, item in fresh:
-            group = groups.get(item.buffer)
-            if group is None:
-                group = groups[item.buffer] = ([], [])
-            group[0].append(offset)
-            group[1].append(item.frame)
-        return [
-            (key, self._staging.write(self.stream.name, self.partition, key, frames, offsets[0], offsets[-1], now))
-            for key, (offsets, frames) in groups.items()
-        ]
+    def _write_segments(
+        self, chunk: list[tuple[int, Routed]], records: Sequence[Record], now: int
+    ) -> list[tuple[BufferKey, SegmentRef]]:
+        """One immutable, fsync'd segment per buffer the records belong to (``records[i]`` was
+        routed to ``chunk[i]``), written and fsync'd together."""
+        pending = self.stream.encoder.encode(records, [item for _offset, item in chunk])
+        refs = self._staging.write_batch(self.stream.name, self.partition, pending, now)
+        return [(segment.buffer, ref) for segment, ref in zip(pending, refs, strict=True)]
 
     # -- rotate -------------------------------------------------------------------------------
 

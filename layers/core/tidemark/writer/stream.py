@@ -13,6 +13,7 @@ from tidemark.ledger.model import OpenBuffer
 from tidemark.objects.keys import object_key
 from tidemark.routing import Router
 from tidemark.sources import PartitionId, shape_of
+from tidemark.writer.segments import SegmentEncoder
 
 # Dead letters keep every original byte (base64) and their reason; one format for them, whatever
 # the stream's format, so operators and tools read every stream's dead letters the same way.
@@ -27,6 +28,7 @@ class StreamContext:
     policy: FlushPolicy
     spec: str  # the encoded RenderSpec of the current configuration, for raw buffers
     errors_spec: str  # ... and for dead-letter buffers
+    encoder: SegmentEncoder
 
     @classmethod
     def build(cls, config: StreamConfig, archive: ArchiveSettings, clock: Clock) -> StreamContext:
@@ -42,7 +44,13 @@ class StreamContext:
             source=config.source.shape.kind,
         )
         return cls(
-            config, archive, Router(config, clock), FlushPolicy(config.flush), render_spec(config), errors.encode()
+            config,
+            archive,
+            Router(config, clock),
+            FlushPolicy(config.flush),
+            render_spec(config),
+            errors.encode(),
+            SegmentEncoder(),
         )
 
     @property
@@ -93,6 +101,7 @@ def render_spec(config: StreamConfig) -> str:
         format=fmt.type,
         compression=fmt.compression,
         gzip_level=fmt.gzip_level,
+        zstd_level=fmt.zstd_level,  # kept only with a zstd codec (RenderSpec)
         topic=config.source.topic,
         key_encoding=config.encoding.key,
         value_encoding=config.encoding.value,

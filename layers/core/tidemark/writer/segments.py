@@ -1,0 +1,65 @@
+"""Turn a routed batch into one encoded segment per buffer it touches.
+
+Every buffer holds one kind of record (a raw buffer archived records, an errors buffer dead
+letters), so a segment's kind and event-time columns come from its buffer and its routes; its
+other columns are taken from the records with C-level ``itemgetter`` calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tidemark.buffers import ERRORS_KIND, BufferKey
+from tidemark.records.model import Record
+from tidemark.routing import Routed
+from tidemark.staging.frames import DEAD_LETTER, NO_EVENT_TIME, RAW, encode_meta
+from tidemark.staging.segment import encode_segment, take
+from tidemark.staging.store import PendingSegment
+
+Headers = tuple[tuple[str, bytes], ...]
+
+
+class SegmentEncoder:
+    """Encodes segments; keeps the encoded metadata of the headers records carry (most carry
+    the same few), so a record's headers are encoded once per container, not once per record."""
+
+    def __init__(self, cache_size: int = 4096) -> None:
+        self._metas: dict[Headers, bytes] = {}
+        self._cache_size = cache_size
+
+    def encode(self, records: Sequence[Record], routes: Sequence[Routed]) -> list[PendingSegment]:
+        """One segment per buffer, in the order buffers first appear; ``records[i]`` was routed
+        to ``routes[i]``, and positions ascend."""
+        buffers = [route[0] for route in routes]
+        distinct = dict.fromkeys(buffers)
+        if len(distinct) == 1:
+            return [self._segment(next(iter(distinct)), records, routes)]
+        groups: dict[BufferKey, list[int]] = {buffer: [] for buffer in distinct}
+        for index, buffer in enumerate(buffers):
+            groups[buffer].append(index)
+        return [
+            self._segment(buffer, take(records, indices), take(routes, indices)) for buffer, indices in groups.items()
+        ]
+
+    def _segment(self, buffer: BufferKey, records: Sequence[Record], routes: Sequence[Routed]) -> PendingSegment:
+        _topics, _partitions, positions, timestamps, values, keys, headers = zip(*records, strict=True)
+        count = len(records)
+        if buffer.kind == ERRORS_KIND:
+            kinds = [DEAD_LETTER] * count
+            event_times = [NO_EVENT_TIME] * count
+            metas = [encode_meta(route.detail, pairs) for route, pairs in zip(routes, headers, strict=True)]
+        else:
+            kinds = [RAW] * count
+            event_times = [route[2] for route in routes]
+            cached = self._metas.get
+            metas = [(cached(pairs) or self._meta(pairs)) if pairs else b"" for pairs in headers]
+        data = encode_segment(kinds, positions, timestamps, event_times, keys, values, metas)
+        return PendingSegment(buffer, data, count, positions[0], positions[-1])
+
+    def _meta(self, headers: Headers) -> bytes:
+        meta = self._metas.get(headers)
+        if meta is None:
+            if len(self._metas) >= self._cache_size:
+                self._metas.clear()
+            meta = self._metas[headers] = encode_meta("", headers)
+        return meta
