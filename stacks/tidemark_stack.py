@@ -135,6 +135,11 @@ class TidemarkStack(Stack):
             environment=self.function_environment,
             placement=self.placement,
         )
+        # Readers before writers: on an upgrade CloudFormation updates the sweeper (which also
+        # flushes what the archiver staged) before the archiver, so nothing the new archiver
+        # stages -- a new segment format, a new codec -- meets a sweeper too old to read it.
+        for function in self.archiver.functions.values():
+            function.node.add_dependency(self.sweeper.functions.sweep_partition)
         self.pipeline = PipelineConstruct(
             self,
             "Pipeline",

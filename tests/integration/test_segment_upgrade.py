@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support.harness import EsmModel, assert_exactly_once, finish, small_config, staged_files
-from tests.support.legacy_segments import LegacySegmentEncoder, is_legacy_segment
+from tests.support.legacy_segments import LegacySegmentEncoder, is_legacy_segment, newer_version
 from tests.support.workload import make_orders
 from tidemark.faults import AFTER_SEAL, AFTER_SEGMENT_WRITE, CrashAt
 from tidemark.sources import KAFKA, KINESIS
@@ -57,3 +57,21 @@ def test_old_segments_are_flushed_by_the_new_code_exactly_once(archive, monkeypa
     finish(archive, config, esm, BATCH)
     assert_exactly_once(archive, config, esm)
     assert staged_files(archive) == set()
+
+
+def test_a_segment_from_a_newer_version_keeps_its_flush_sealed_never_quarantined(archive):
+    """After a rollback, a buffer may hold a segment the newer version staged: its flush waits
+    (FlushErrors) for a version that reads it; nothing is quarantined, uploaded or lost."""
+    config = small_config()
+    workload = make_orders(partitions=1, per_partition=30, hours=1, late_share=0, bad_share=0, seed=29)
+    esm = EsmModel(workload, lambda crash_points: archive.runtime(config, crash_points))
+    assert esm.deliver(esm.batch(0, 30))
+    segments = list(archive.staging_root.rglob("*.seg"))
+    for segment in segments:
+        segment.write_bytes(newer_version(segment.read_bytes()))
+
+    outcome = archive.runtime(config).writer(config.streams[0], 0).drain()
+    state = archive.runtime(config).ledger.load("orders", 0)
+    assert (outcome.flush_errors, outcome.quarantined, len(outcome.flushes)) == (1, 0, 0)
+    assert len(state.sealed) == len(segments) and not state.quarantined  # one buffer per segment here
+    assert all(segment.exists() for segment in segments)

@@ -1,4 +1,5 @@
-"""The segment writer of Tidemark before segment format 2, frozen here to stage "old" segments.
+"""Segments of other versions than the current: the writer of Tidemark before segment format 2,
+frozen here to stage "old" segments, and a stand-in for a newer version's segments.
 
 A verbatim copy of the version-1 frame encoder (``tidemark/staging/frames.py`` at commit
 ``ad7e250``: one ``"TM"``/``"TW"`` frame per record, each with its own CRC-32) and of how the
@@ -98,3 +99,10 @@ class LegacySegmentEncoder(SegmentEncoder):
 
 def is_legacy_segment(data: bytes) -> bool:
     return data[:2] in (MAGIC, WIDE_MAGIC)
+
+
+def newer_version(segment: bytes) -> bytes:
+    """A current segment as a version-3 writer would have it, keeping what every version from 2
+    on keeps: the "TSG" family header and the trailer (CRC-32 of every byte before it, "TSGE")."""
+    body = b"TSG3" + segment[4:-8]
+    return body + struct.pack("<I4s", zlib.crc32(body), b"TSGE")

@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tests.support.legacy_segments import encode_frame as legacy_frame
+from tests.support.legacy_segments import newer_version
+from tidemark.exceptions import UnsupportedSegmentError
 from tidemark.staging.frames import DEAD_LETTER, NO_EVENT_TIME, RAW, Frame, TornFrameError
 from tidemark.staging.segment import SEGMENT_MAGIC, decode_segment, encode_segment, segment_of_frames
 
@@ -72,3 +74,20 @@ def test_format_1_segments_are_still_read() -> None:
         assert decode_segment(old) == frames
         with pytest.raises(TornFrameError):
             decode_segment(old[:-1])
+
+
+def test_a_wide_segment_may_hold_position_zero() -> None:
+    frames = [Frame(RAW, 0, 1, 2, None, b"a"), Frame(RAW, 2**64, 3, 4, None, b"b")]
+    assert decode_segment(segment_of_frames(frames)) == frames
+
+
+def test_a_segment_format_newer_than_this_version_is_unsupported_not_corrupt() -> None:
+    """A rollback meets segments a newer version staged: they must never look damaged (that
+    would quarantine healthy records), only unreadable by this version."""
+    newer = newer_version(segment_of_frames(FRAMES))
+    with pytest.raises(UnsupportedSegmentError):
+        decode_segment(newer)
+    damaged = bytearray(segment_of_frames(FRAMES))
+    damaged[3] ^= 0x01  # "TSG2" -> "TSG3" by a flipped bit: the trailer's CRC tells damage apart
+    with pytest.raises(TornFrameError):
+        decode_segment(bytes(damaged))

@@ -468,3 +468,16 @@ def test_spark_readers_may_list_only_the_streams_raw_prefixes(stack: TidemarkSta
     ]
     assert len(listing) == 1
     assert listing[0]["Condition"] == {"StringLike": {"s3:prefix": ["raw/orders/*", "raw/orders/"]}}
+
+
+def test_the_sweeper_is_updated_before_the_archiver_writes_anything_new(
+    stack: TidemarkStack, template: Template
+) -> None:
+    """Readers before writers: every archiver function depends on the sweeper's partition sweep,
+    so an upgrade never lets an old sweeper flush segments a new archiver staged."""
+    sweep = logical_id(stack.sweeper.functions.sweep_partition)
+    archivers = [logical_id(function) for function in stack.archiver.functions.values()]
+    assert archivers
+    resources = template.to_json()["Resources"]
+    for archiver in archivers:
+        assert sweep in resources[archiver].get("DependsOn", []), archiver

@@ -7,6 +7,7 @@ under partition-by folders, since a partition value may be what is wrong with th
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import NamedTuple
 
 from tidemark.exceptions import UnsafePathError
@@ -37,6 +38,13 @@ class BufferKey(_Key):
         if kind not in KINDS or not matches(HOUR, hour) or not valid_folders(folders) or (folders and kind != RAW_KIND):
             raise UnsafePathError(f"invalid buffer key {kind!r}/{hour!r}/{folders!r}")
         return super().__new__(cls, kind, hour, folders)
+
+    def _replace(self, **changes: str) -> BufferKey:
+        return BufferKey(**{**self._asdict(), **changes})
+
+    @classmethod
+    def _make(cls, iterable: Iterable[str]) -> BufferKey:  # type: ignore[override]
+        return cls(*iterable)
 
     def __str__(self) -> str:
         # Buffers of unpartitioned streams keep the form ledgers already hold: kind/hour.

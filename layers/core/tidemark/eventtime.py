@@ -238,7 +238,9 @@ class HourBucketer:
 
     def labels(self, times: list[int]) -> list[str]:
         """``[self.label(ms) for ms in times]``, looked up once per distinct UTC hour where the
-        zone's offset is a whole number of hours all through it (every UTC hour in UTC)."""
+        zone's offset is a whole number of hours all through it (every UTC hour in UTC); if any
+        hour of the batch is not such an hour (a half-hour zone, an offset change), the whole
+        batch is labelled record by record."""
         buckets = [ms // _HOUR_MS for ms in times]
         table: dict[int, str] = {}
         for bucket in set(buckets):

@@ -34,6 +34,12 @@ class CorruptSegmentError(TidemarkError):
     """
 
 
+class UnsupportedSegmentError(TidemarkError):
+    """A staging segment in a format this version does not know: written by a newer version
+    (a rollback, or an upgrade still rolling out). Not damage: the flush stays sealed and is
+    retried (``FlushErrors``) until a version that reads it runs, never quarantined."""
+
+
 class MissingSegmentError(CorruptSegmentError):
     """A segment the ledger accepted (and has not committed) is gone from the staging mount."""
 

@@ -8,6 +8,7 @@ calls ``os._exit`` (in a subprocess) at a chosen point.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Mapping
 from typing import Protocol
 
@@ -64,16 +65,21 @@ class CrashAt:
         self.hard_exit = hard_exit
         self.hits = 0
         self.fired = False
+        self._lock = threading.Lock()  # the partitions of one event hit points from several threads
 
     def hit(self, point: str) -> None:
-        if point != self.point or self.fired:
+        if point != self.point:
             return
-        self.hits += 1
-        if self.hits >= self.nth:
+        with self._lock:
+            if self.fired:
+                return
+            self.hits += 1
+            if self.hits < self.nth:
+                return
             self.fired = True
-            if self.hard_exit:
-                os._exit(CRASH_EXIT_CODE)
-            raise SimulatedCrash(point)
+        if self.hard_exit:
+            os._exit(CRASH_EXIT_CODE)
+        raise SimulatedCrash(point)
 
 
 def crash_points_from_env(environ: Mapping[str, str] | None = None) -> CrashPoints:

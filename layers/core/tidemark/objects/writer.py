@@ -43,6 +43,11 @@ META_CONTENT = "tidemark-content-sha256"
 _CONDITIONAL_HOOK = "tidemark-if-none-match"
 _in_flight: set[tuple[str, str]] = set()  # (bucket, key) being uploaded conditionally
 _in_flight_lock = threading.Lock()
+# The partitions of an event flush concurrently, and an upload keeps up to the transfer
+# manager's concurrency times its chunk size in memory (80 MiB with the defaults), or a whole
+# object below the multipart threshold: so a process runs at most this many at once.
+MAX_UPLOADS = 2
+_uploads = threading.BoundedSemaphore(MAX_UPLOADS)
 
 
 def _add_if_none_match(params: dict[str, Any], **_kwargs: Any) -> None:
@@ -149,13 +154,14 @@ class ObjectStore:
             with _in_flight_lock:
                 _in_flight.add((self.bucket, key))
             try:
-                self._client.upload_file(
-                    path,
-                    self.bucket,
-                    key,
-                    ExtraArgs={"ContentType": content_type, "Metadata": metadata},
-                    Config=self._transfer,
-                )
+                with _uploads:
+                    self._client.upload_file(
+                        path,
+                        self.bucket,
+                        key,
+                        ExtraArgs={"ContentType": content_type, "Metadata": metadata},
+                        Config=self._transfer,
+                    )
             except (S3UploadFailedError, ClientError) as exc:
                 if not _precondition_failed(exc):
                     raise

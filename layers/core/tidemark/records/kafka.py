@@ -4,7 +4,7 @@ The event is read as the plain dicts Lambda hands over, one column at a time: th
 (well-formed records, unsigned header bytes) costs a few C-level passes per field instead of
 several Python calls per record. Powertools' ``KafkaEvent`` data class documents the same
 fields; it is not used here because its per-record property access costs about 4 us per record
-and its import about 24 ms of cold start (``PERFORMANCE-NOTES.md``). Anything unusual in a
+and its import (the data classes package) about 24 ms of cold start. Anything unusual in a
 group of records sends that group through the per-record path, which names the first bad field
 exactly as before. Records are grouped by topic-partition in delivery order.
 """

@@ -2,7 +2,7 @@
 
 A segment holds the records one batch adds to one buffer. Version 2 writes them column by
 column, so encoding and decoding are a handful of C calls per segment rather than several per
-record (``PERFORMANCE-NOTES.md``: per-record frames cost +1.0-1.3x of the baseline)::
+record (a header and a CRC per record cost more than everything else a segment write does)::
 
     header   magic "TSG2" | flags u8 | 3 zero bytes | count u32 | positions_len u32   (16 bytes)
     index    kinds u8[n] | timestamps i64[n] | event_times i64[n]
@@ -32,6 +32,7 @@ from itertools import accumulate
 from operator import itemgetter
 from typing import TypeVar
 
+from tidemark.exceptions import UnsupportedSegmentError
 from tidemark.staging.frames import (
     DEAD_LETTER,
     MAGIC,
@@ -44,6 +45,10 @@ from tidemark.staging.frames import (
 )
 
 SEGMENT_MAGIC = b"TSG2"
+# Every segment format from 2 on starts with "TSG" and its version, and ends with the trailer
+# below (CRC-32 of every byte before it, "TSGE"): an intact segment of a newer version is told
+# from a damaged one, and reported as unsupported (its flush waits), never as damage.
+FAMILY = b"TSG"
 TRAILER_MAGIC = b"TSGE"
 WIDE = 1  # flag: positions are length-prefixed big-endian integers
 _HEADER = struct.Struct("<4sB3xII")
@@ -69,7 +74,7 @@ def encode_segment(
     flags = 0
     if positions and max(positions) > _I64_MAX:
         flags = WIDE
-        wide = [position.to_bytes((position.bit_length() + 7) // 8, "big") for position in positions]
+        wide = [position.to_bytes(max(1, (position.bit_length() + 7) // 8), "big") for position in positions]
         position_bytes = array("B", map(len, wide)).tobytes() + b"".join(wide)
     else:
         position_bytes = array("q", positions).tobytes()
@@ -111,10 +116,20 @@ def is_segment_v2(data: bytes) -> bool:
 
 def decode_segment(data: bytes) -> list[Frame]:
     """Every record of a segment of either version; :class:`TornFrameError` if it is torn or
-    damaged anywhere."""
+    damaged anywhere, :class:`UnsupportedSegmentError` if a newer version wrote it."""
     if data[:2] in (MAGIC, WIDE_MAGIC) or not data:
         return decode_frames(data)
-    return _decode_v2(data)
+    if data[:3] == FAMILY and len(data) > 3 and data[:4] != SEGMENT_MAGIC and _intact(data):
+        raise UnsupportedSegmentError(f"segment format {data[3:4]!r} is newer than this version reads")
+    return _decode_v2(data)  # also for a damaged version byte: torn
+
+
+def _intact(data: bytes) -> bool:
+    """The trailer every format from 2 on ends with: CRC-32 of every byte before it, "TSGE"."""
+    if len(data) < _TRAILER.size:
+        return False
+    crc, trailer = _TRAILER.unpack_from(data, len(data) - _TRAILER.size)
+    return bool(trailer == TRAILER_MAGIC and zlib.crc32(memoryview(data)[: len(data) - _TRAILER.size]) == crc)
 
 
 def _decode_v2(data: bytes) -> list[Frame]:

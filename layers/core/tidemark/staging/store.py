@@ -19,7 +19,7 @@ import re
 import secrets
 import threading
 from collections.abc import Sequence, Set
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -282,7 +282,9 @@ def _fsync_all(descriptors: list[int]) -> None:
         if _pool is None:
             _pool = ThreadPoolExecutor(max_workers=_FSYNC_THREADS, thread_name_prefix="tidemark-fsync")
         pool = _pool
-    for done in [pool.submit(os.fsync, fd) for fd in descriptors]:
+    pending = [pool.submit(os.fsync, fd) for fd in descriptors]
+    wait(pending)  # every fsync has ended before the caller closes the descriptors
+    for done in pending:
         done.result()  # re-raises an fsync's OSError here
 
 

@@ -35,6 +35,7 @@ from tidemark.exceptions import (
     ObjectConflictError,
     PositionResetError,
     StagingConflictError,
+    UnsupportedSegmentError,
 )
 from tidemark.faults import (
     AFTER_ACCEPT,
@@ -67,14 +68,15 @@ FORMAT_CHANGED = "format_changed"
 LEDGER_BUDGET = "ledger_budget"  # sealed to make room in the partition's ledger item
 DRAIN = "drain"  # an operator (or the demo's last step) asked for every open buffer to be written now
 
-# What a planned segment's size is taken to be when sizing a ledger item: no segment is larger,
-# and the real size's digits only ever make the item smaller.
-_SIZE_BOUND = 10**12 - 1
 # A warm container lists the staging directory (a network round trip on EFS) at most this often
 # per partition; a cold start and every maintenance run always do.
 GC_INTERVAL_MS = 60_000
 # How far ahead of processing time an event time may move the partition's watermark.
 MAX_EVENT_LEAD_MS = 5 * 60_000
+
+
+def _planned_size() -> int:
+    return 10**11 + secrets.randbelow(9 * 10**11)
 
 
 class PartitionWriter:
@@ -393,7 +395,8 @@ class PartitionWriter:
         planned = [
             (
                 key,
-                self._staging.planned_ref(key, items[0][0], items[-1][0], len(items), _SIZE_BOUND, now),
+                # A random 12-digit size: no segment is larger, and it compresses like real ones.
+                self._staging.planned_ref(key, items[0][0], items[-1][0], len(items), _planned_size(), now),
             )
             for key, items in groups.items()
         ]
@@ -519,11 +522,20 @@ class PartitionWriter:
                 # Damaged or missing segments, or another object under the key: set aside, never
                 # uploaded over anything, and the partition keeps flowing.
                 state = self._quarantine(flush, str(exc), state, outcome)
-            except (BotoCoreError, ClientError, S3UploadFailedError, OSError, LedgerConflictError, ImportError) as exc:
+            except (
+                BotoCoreError,
+                ClientError,
+                S3UploadFailedError,
+                OSError,
+                LedgerConflictError,
+                ImportError,
+                UnsupportedSegmentError,
+            ) as exc:
                 # S3 or the spool disk failed, or the buffer's format library is missing (the
-                # formats layer removed by a deploy while buffers of that format were staged): the
-                # flush stays sealed (counted, alarmed) and a later run resumes it. Anything else
-                # (a bug) propagates and fails the invocation.
+                # formats layer removed by a deploy while buffers of that format were staged), or
+                # a newer version staged a segment this one cannot read (a rollback): the flush
+                # stays sealed (counted, alarmed) and a later run resumes it. Anything else (a
+                # bug) propagates and fails the invocation.
                 state = self._load()
                 if flush_id not in state.sealed:
                     logger.info("flush finished by a concurrent writer", extra={**self._log, "flush": flush_id})
