@@ -102,7 +102,7 @@ def write_archive(config: StreamConfig, root: Path, batch: list[Record]) -> list
         routed = context.router.route(record)
         assert routed.reason == "", routed.reason
         (segment,) = context.encoder.encode([record], [routed])
-        groups[(routed.buffer.hour, routed.buffer.folders, record.partition)] += decode_segment(segment.data)
+        groups[(routed.buffer.hour, routed.buffer.folders, record.partition)] += decode_segment(segment.encoded)
     keys = []
     for (hour, folders, partition), frames in sorted(groups.items()):
         key = object_key(

@@ -178,3 +178,39 @@ def test_a_kinesis_stream_in_every_other_format_recovers_exactly_once(archive, f
     else:
         assert_exactly_once(archive, config, esm)
     assert_staging_clean(archive)
+
+
+def test_the_ledger_names_segments_only_once_they_are_durable(archive, monkeypatch):
+    """The accept's ledger item is built while the segments' fsyncs are in flight; it is sent only
+    after every one of them (files and directory) has returned."""
+    import os
+    import threading
+    import time
+
+    from tidemark.ledger.dynamodb import DynamoDBLedger
+
+    events: list[str] = []
+    lock = threading.Lock()
+    real_fsync, real_put = os.fsync, DynamoDBLedger._put_state
+
+    def slow_fsync(fd: int) -> None:
+        time.sleep(0.05)  # long enough that the item is built before any fsync returns
+        real_fsync(fd)
+        with lock:
+            events.append("fsync")
+
+    def put(self, state, expected_version, payload=None):
+        with lock:
+            events.append("put" if payload is not None else "put-unprepared")
+        return real_put(self, state, expected_version, payload)
+
+    monkeypatch.setattr("tidemark.staging.store.os.fsync", slow_fsync)
+    monkeypatch.setattr(DynamoDBLedger, "_put_state", put)
+    config = small_config(max_records=10_000)
+    workload = make_orders(partitions=1, per_partition=40, seed=7)
+    esm = EsmModel(workload, lambda crash: archive.runtime(config, crash))
+    assert esm.deliver(esm.batch(0, 40))
+    assert events.count("put") == 1 and "put-unprepared" not in events
+    assert events.index("put") == len(events) - 1 and events.count("fsync") >= 2  # a file and its directory
+    finish(archive, config, esm, BATCH)
+    assert_exactly_once(archive, config, esm)

@@ -42,7 +42,7 @@ def single_frame(record: Record, routed: Routed) -> Frame:
     """The record as the archiver stages it under this route, read back from its segment."""
     (segment,) = SegmentEncoder().encode([record], [routed])
     assert segment.buffer == routed.buffer
-    frames = decode_segment(segment.data)
+    frames = decode_segment(segment.encoded)
     assert len(frames) == 1
     return frames[0]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,17 @@ from tidemark.buffers import BufferKey
 from tidemark.exceptions import CorruptSegmentError, UnsafePathError
 from tidemark.sources import PartitionId
 from tidemark.staging.frames import DEAD_LETTER, NO_EVENT_TIME, RAW, Frame
-from tidemark.staging.store import SegmentFile, SegmentRef, SegmentStore, parse_segment_name, segment_name
+from tidemark.staging.segment import segment_parts
+from tidemark.staging.store import (
+    PendingSegment,
+    SegmentFile,
+    SegmentRef,
+    SegmentStore,
+    _split,
+    _write_all,
+    parse_segment_name,
+    segment_name,
+)
 
 NAME = "raw_2026-11-21T07_00000000000000000100-00000000000000000199_1763712000000_0123456789ab.seg"
 
@@ -184,3 +195,68 @@ def test_unsafe_partitions_are_refused(tmp_path: Path, partition: object) -> Non
     with pytest.raises(UnsafePathError) as caught:
         store.partition_dir("orders", partition)  # type: ignore[arg-type]
     assert str(caught.value) == f"refusing staging path for stream='orders' partition={partition!r}"
+
+
+def _pending(buffer: BufferKey, first: int, count: int) -> PendingSegment:
+    parts = segment_parts(
+        [RAW] * count,
+        list(range(first, first + count)),
+        [1_763_712_000_000] * count,
+        [NO_EVENT_TIME] * count,
+        [None] * count,
+        [b"v%d" % i for i in range(count)],
+        [b""] * count,
+    )
+    return PendingSegment(buffer, parts, count, first, first + count - 1)
+
+
+def test_segment_parts_are_written_as_the_segment_they_join_into(tmp_path: Path) -> None:
+    store = SegmentStore(tmp_path)
+    pending = _pending(BufferKey("raw", "2026-11-21T07"), 100, 5)
+    [ref] = store.write_batch("orders", 0, [pending], 1_763_712_000_000)
+    data = (store.partition_dir("orders", 0) / ref.name).read_bytes()
+    assert data == pending.encoded and ref.size == len(data)
+    assert [frame.value for frame in store.read("orders", 0, ref)] == [b"v%d" % i for i in range(5)]
+
+
+@pytest.mark.parametrize("at", [0, 1, 15, 16, 17, 40, 10_000])
+def test_split_cuts_the_parts_at_a_byte_without_copying(at: int) -> None:
+    parts = [b"a" * 16, b"", b"b" * 24, b"c"]
+    head, tail = _split(parts, at)
+    joined = b"".join(parts)
+    assert b"".join(head) == joined[:at] and b"".join(tail) == joined[at:]
+    assert all(isinstance(view, memoryview) for view in head + tail)
+
+
+def test_short_writes_are_resumed_where_they_stopped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """writev may write less than asked (a signal, a full pipe, NFS): the rest follows, in order."""
+    real_writev = os.writev
+    calls: list[int] = []
+
+    def short_writev(fd: int, buffers: list[memoryview]) -> int:
+        calls.append(len(buffers))
+        return real_writev(fd, [bytes(buffers[0])[:3]])  # at most 3 bytes of the first buffer
+
+    monkeypatch.setattr("tidemark.staging.store.os.writev", short_writev)
+    parts = [b"header", b"", b"values" * 3, b"x"]
+    target = tmp_path / "out"
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT)
+    try:
+        _write_all(fd, [memoryview(part) for part in parts])
+    finally:
+        os.close(fd)
+    assert target.read_bytes() == b"".join(parts)
+    assert len(calls) > len(parts)
+
+
+def test_an_error_inside_writing_still_awaits_the_fsyncs_and_closes_every_file(tmp_path: Path) -> None:
+    store = SegmentStore(tmp_path)
+    buffers = [BufferKey("raw", "2026-11-21T07"), BufferKey("raw", "2026-11-21T08")]
+    before = len(os.listdir("/proc/self/fd"))
+    pending = [_pending(buffers[0], 1, 3), _pending(buffers[1], 4, 2)]
+    with pytest.raises(RuntimeError, match="prepare failed"), store.writing("orders", 0, pending, 1) as batch:
+        assert [ref.records for ref in batch.refs] == [3, 2]
+        raise RuntimeError("prepare failed")
+    assert len(os.listdir("/proc/self/fd")) == before
+    # The segments were written whole (garbage now: no ledger names them; recovery removes them).
+    assert len(store.segments("orders", 0)) == 2

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
 
 from tidemark.exceptions import LedgerItemTooLargeError
 from tidemark.ledger.model import CommittedObject, EpochStart, HourMark, PartitionState
@@ -14,20 +16,37 @@ from tidemark.sources import PartitionId
 MAX_ITEM_BYTES = 400 * 1024
 
 
+@dataclass(frozen=True, slots=True)
+class PreparedState:
+    """A state and its wire form, built ahead of the write (``Ledger.prepare``)."""
+
+    state: PartitionState
+    payload: Any
+
+
 class Ledger(ABC):
     def load(self, stream: str, partition: PartitionId) -> PartitionState:
         """The partition's current state (a strongly consistent read)."""
         state = self._get_state(stream, partition)
         return state if state is not None else PartitionState(stream=stream, partition=partition)
 
-    def save(self, new: PartitionState, previous: PartitionState) -> PartitionState:
+    def prepare(self, new: PartitionState) -> PreparedState:
+        """``new`` in the store's own form, ready for ``save``: building it is CPU work (the
+        archiver does it while its segments' fsyncs are in flight), sending it is not."""
+        return PreparedState(new, self._prepare_state(new))
+
+    def save(
+        self, new: PartitionState, previous: PartitionState, prepared: PreparedState | None = None
+    ) -> PartitionState:
         """Write ``new`` only if the stored version is still ``previous.version``.
 
         Raises ``LedgerConflictError`` (carrying the winning state when the store returns it)
-        when another writer got there first.
+        when another writer got there first. ``prepared`` (from ``prepare``) is used only if it
+        was prepared from this very state.
         """
         self._check_successor(new, previous)
-        self._put_state(new, expected_version=previous.version)
+        payload = prepared.payload if prepared is not None and prepared.state is new else None
+        self._put_state(new, expected_version=previous.version, payload=payload)
         return new
 
     def start_epoch(self, new: PartitionState, previous: PartitionState, record: EpochStart) -> PartitionState:
@@ -111,9 +130,14 @@ class Ledger(ABC):
     @abstractmethod
     def _get_state(self, stream: str, partition: PartitionId) -> PartitionState | None: ...
 
+    def _prepare_state(self, state: PartitionState) -> Any:
+        """The backend's wire form of ``state`` for ``_put_state``; ``None`` if it has none."""
+        return None
+
     @abstractmethod
-    def _put_state(self, state: PartitionState, expected_version: int) -> None:
-        """Conditional put of the state item; calls ``check_item_size`` first."""
+    def _put_state(self, state: PartitionState, expected_version: int, payload: Any = None) -> None:
+        """Conditional put of the state item (``payload``: ``_prepare_state(state)``, or ``None``
+        to build it now); checks the item's size with ``check_item_size`` first."""
 
     @abstractmethod
     def _put_state_and_object(

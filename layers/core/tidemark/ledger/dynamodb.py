@@ -400,11 +400,14 @@ class DynamoDBLedger(Ledger):
         item = response.get("Item")
         return state_from_item(_deserialize(item)) if item else None
 
-    def _put_state(self, state: PartitionState, expected_version: int) -> None:
+    def _prepare_state(self, state: PartitionState) -> dict[str, Any]:
+        return _state_item(state)
+
+    def _put_state(self, state: PartitionState, expected_version: int, payload: Any = None) -> None:
         condition, values = _version_condition(expected_version)
         request: dict[str, Any] = {
             "TableName": self.table_name,
-            "Item": _state_item(state),
+            "Item": payload if payload is not None else _state_item(state),
             "ConditionExpression": condition,
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         }

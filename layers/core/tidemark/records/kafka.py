@@ -1,21 +1,41 @@
 """Adapter for MSK and self-managed Kafka event source mapping events.
 
-The event is read as the plain dicts Lambda hands over, one column at a time: the common batch
-(well-formed records, unsigned header bytes) costs a few C-level passes per field instead of
-several Python calls per record. Powertools' ``KafkaEvent`` data class documents the same
-fields; it is not used here because its per-record property access costs about 4 us per record
-and its import (the data classes package) about 24 ms of cold start. Anything unusual in a
-group of records sends that group through the per-record path, which names the first bad field
-exactly as before. Records are grouped by topic-partition in delivery order.
+The event is read as the plain dicts Lambda hands over, a group (one topic-partition) at a time.
+The common group (well-formed records, unsigned header bytes) goes through the column path:
+one ``msgspec.convert`` of the whole group into a ``msgspec.Struct`` reads the required fields
+and decodes the base64 key and value in C, instead of several Python calls per record (1.5 ms
+instead of 2.5 ms for a group of a thousand 200-byte records). Powertools' ``KafkaEvent`` data
+class documents the same fields; it is not used here because its per-record property access
+costs about 4 us per record and its import (the data classes package) about 24 ms of cold start.
+
+The column path accepts exactly what the per-record path accepts, with the same bytes; where
+msgspec is laxer than the per-record checks, a column-level guard sends the group back:
+
+* ``msgspec`` reads an ``int`` subclass (an ``IntEnum``) as an int, and takes ``bytes``,
+  ``bytearray`` or ``memoryview`` for a ``bytes`` field as they are, where the per-record path
+  wants exactly ``int`` and a base64 ``str``: the raw columns' types are checked.
+* headers are compared by their ``marshal`` encoding, which is type-exact and keeps key order
+  (``==`` is not: ``1.0 == 1``, ``{"a": .., "b": ..} == {"b": .., "a": ..}``), so each distinct
+  header list is converted once; most groups carry the same headers on every record.
+
+It is stricter in a few places, which only costs speed: excess base64 padding after a complete
+quantum (``"YWJj="``, which ``a2b_base64(strict_mode=True)`` accepts), signed header bytes, falsy
+headers other than ``null`` and ``[]``, headers that are not lists of dicts, non-string keys, and
+records that are not exactly dicts. Anything unusual sends the group through the per-record path,
+which names the first bad field exactly as before. Records are grouped by topic-partition
+in delivery order.
 """
 
 from __future__ import annotations
 
 import binascii
-from collections.abc import Mapping
-from functools import partial
-from typing import Any
+import marshal
+from collections.abc import Iterable, Mapping
+from itertools import chain, repeat
+from operator import add, attrgetter, eq, itemgetter
+from typing import Annotated, Any
 
+import msgspec
 from aws_lambda_powertools.shared.functions import decode_header_bytes
 
 from tidemark.exceptions import MalformedEventError
@@ -27,10 +47,32 @@ from tidemark.sources import PartitionId
 # "aws:SelfManagedKafka" of Powertools' own sample event (events/self-managed-powertools.json).
 EVENT_SOURCES = frozenset({"aws:kafka", "SelfManagedKafka", "aws:SelfManagedKafka"})
 
-_a2b = binascii.a2b_base64
-_make_record = partial(tuple.__new__, Record)  # Record(*fields) without NamedTuple's Python-level __new__
+_Headers = tuple[tuple[str, bytes], ...]
+
+
+class _Fields(msgspec.Struct, gc=False):  # holds no containers, so the GC need not track it
+    """A record's fields that msgspec reads and decodes, in ``Record``'s order (``astuple``
+    plus the headers is a ``Record``). A missing value is ``b""``; a null one, ``None``."""
+
+    topic: str
+    partition: Annotated[int, msgspec.Meta(ge=0)]
+    offset: Annotated[int, msgspec.Meta(ge=0)]
+    timestamp: int
+    value: bytes | None = b""
+    key: bytes | None = None
+
+
+_FIELDS = list[_Fields]
+_astuple = msgspec.structs.astuple
+_new_record = tuple.__new__
+_DICT = frozenset({dict})
 _INT = frozenset({int})
 _STR = frozenset({str})
+_ENCODED = frozenset({str, type(None)})
+_PARTITION, _OFFSET, _TIMESTAMP = itemgetter("partition"), itemgetter("offset"), itemgetter("timestamp")
+_TOPIC, _VALUE = attrgetter("topic"), itemgetter(4)
+_SAMPLE = 9  # neighbouring records whose headers decide between a conversion each and sharing them
+_LIST_TAG = marshal.dumps([], 0)[:1]  # marshal version 0 (no back-references): b"[" + int32 count + items
 
 
 def source_identity(event: Mapping[str, Any], topic: str) -> str:
@@ -98,54 +140,75 @@ def _convert(raw: Mapping[str, Any], position: int, topics: set[str]) -> Record:
     return Record(topic, partition, offset, timestamp, value, key, tuple(headers))
 
 
-def _headers(raw: list[Any]) -> tuple[tuple[str, bytes], ...]:
-    """Header byte arrays as bytes; ``TypeError``/``ValueError`` for anything but a list of
-    objects of unsigned byte lists (the per-record path then names it, or reads signed bytes)."""
+def _headers(raw: object) -> _Headers:
+    """One record's headers as ``(name, bytes)`` pairs; ``TypeError``/``ValueError`` for anything
+    but null, ``[]`` or a list of dicts of ``str`` names and unsigned byte lists (the per-record
+    path then names it, or reads signed bytes). It accepts only exact ``list``/``dict``/``str``
+    and ``int``/``bool`` elements, none of which marshal can confuse with another type, so records
+    whose headers marshal alike get the same result from it and from ``_convert``."""
+    if raw is None:
+        return ()
+    if type(raw) is not list:
+        raise TypeError("not a list")
     headers = []
     for chunk in raw:
         if type(chunk) is not dict:
             raise TypeError("not an object")
         for name, data in chunk.items():
-            if type(data) is not list:
-                raise TypeError("not a list")
+            if type(name) is not str or type(data) is not list:
+                raise TypeError("not a name and a list")
             headers.append((name, bytes(data)))
     return tuple(headers)
 
 
+def _header_column(column: list[Any]) -> Iterable[tuple[_Headers]]:
+    """Each record's headers, as 1-tuples to append to its fields. Records whose header lists
+    marshal alike (type-exact, in order) share one conversion: the common group carries the same
+    headers on every record, and ``marshal`` checks that in one C call over the column."""
+    first = column[0]
+    encoded = marshal.dumps(first, 0)
+    if marshal.dumps(column, 0) == _LIST_TAG + len(column).to_bytes(4, "little") + encoded * len(column):
+        return repeat((_headers(first),))
+    sample = column[:_SAMPLE]
+    if sum(map(eq, sample, sample[1:])) * 2 < len(sample) - 1:  # most records have headers of their own
+        return list(zip(map(_headers, column)))
+    keys = list(map(marshal.dumps, column, repeat(0)))
+    converted = {key: (_headers(raw),) for key, raw in dict(zip(keys, column, strict=True)).items()}
+    return list(map(converted.__getitem__, keys))
+
+
 def _columns(chunk: list[Any], topics: set[str]) -> list[Record] | None:
-    """The records of one group, built in one pass and checked a column at a time; ``None``
-    when any field is unusual (the per-record path then names it)."""
-    try:
-        records = [
-            _make_record(
-                (
-                    raw["topic"],
-                    raw["partition"],
-                    raw["offset"],
-                    raw["timestamp"],
-                    b"" if (value := raw.get("value")) is None else _a2b(value, strict_mode=True),
-                    None if (key := raw.get("key")) is None else _a2b(key, strict_mode=True),
-                    _headers(raw_headers) if (raw_headers := raw.get("headers")) else (),
-                )
-            )
-            for raw in chunk
-        ]
-    except (KeyError, TypeError, ValueError, AttributeError):  # binascii.Error is a ValueError
+    """The records of one group, read by one ``msgspec.convert`` and checked a column at a time;
+    ``None`` when any field is unusual (the per-record path then names it)."""
+    if not chunk:
+        return []
+    if set(map(type, chunk)) != _DICT:  # a dict subclass may read its items differently
         return None
-    topic_column, partitions, offsets, timestamps = list(zip(*records, strict=True))[:4]
+    try:
+        fields = msgspec.convert(chunk, _FIELDS)
+    except (msgspec.ValidationError, TypeError, ValueError):
+        return None
+    # msgspec reads int subclasses as ints and takes bytes-like values as they are: exact types only.
+    numbers = chain(map(_PARTITION, chunk), map(_OFFSET, chunk), map(_TIMESTAMP, chunk))
+    encoded = chain(map(dict.get, chunk, repeat("value")), map(dict.get, chunk, repeat("key")))
+    topic_column = list(map(_TOPIC, fields))
     if not (
-        set(map(type, topic_column)) == _STR
-        and set(map(type, partitions)) == _INT
-        and set(map(type, offsets)) == _INT
-        and set(map(type, timestamps)) == _INT
-        and min(partitions) >= 0
-        and min(offsets) >= 0
+        set(map(type, numbers)) == _INT
+        and set(map(type, encoded)) <= _ENCODED
+        and set(map(type, topic_column)) == _STR  # as before: exact str (msgspec keeps a subclass)
     ):
         return None
     for topic in set(topic_column) - topics:
         if not matches(TOPIC, topic):
             return None
         topics.add(topic)
+    try:
+        headers = _header_column(list(map(dict.get, chunk, repeat("headers"))))
+    except (TypeError, ValueError):  # marshal's "unmarshallable object" is a ValueError
+        return None
+    records: list[Record] = list(map(_new_record, repeat(Record), map(add, map(_astuple, fields), headers)))
+    if None in map(_VALUE, records):  # a null value (a tombstone) is b""
+        records = [record if record[4] is not None else record._replace(value=b"") for record in records]
     return records
 
 

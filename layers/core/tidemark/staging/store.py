@@ -18,8 +18,9 @@ import os
 import re
 import secrets
 import threading
-from collections.abc import Sequence, Set
-from concurrent.futures import ThreadPoolExecutor, wait
+from collections.abc import Iterator, Sequence, Set
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,13 +71,30 @@ class SegmentRef:
 
 @dataclass(frozen=True, slots=True)
 class PendingSegment:
-    """An encoded segment about to be written for ``buffer``."""
+    """An encoded segment about to be written for ``buffer``: its bytes, or the parts they are
+    made of in order (written with one ``writev``, never joined)."""
 
     buffer: BufferKey
-    data: bytes
+    data: bytes | Sequence[bytes]
     records: int
     first: int
     last: int
+
+    @property
+    def parts(self) -> Sequence[bytes]:
+        return (self.data,) if isinstance(self.data, bytes) else self.data
+
+    @property
+    def encoded(self) -> bytes:
+        """The segment's bytes, joined (tools and tests; the store writes the parts)."""
+        return self.data if isinstance(self.data, bytes) else b"".join(self.data)
+
+
+@dataclass(frozen=True, slots=True)
+class StagedWrite:
+    """Segments written, their fsyncs in flight (``SegmentStore.writing``)."""
+
+    refs: list[SegmentRef]
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,42 +157,60 @@ class SegmentStore:
         self, stream: str, partition: PartitionId, segments: Sequence[PendingSegment], created_ms: int
     ) -> list[SegmentRef]:
         """Write, fsync and name one immutable segment per entry; return their references for the
-        ledger. Files are written one after the other, fsync'd concurrently, and their directory
-        is fsync'd once: when this returns, every segment and its name are durable."""
+        ledger. When this returns, every segment and its name are durable (see ``writing``)."""
+        with self.writing(stream, partition, segments, created_ms) as batch:
+            pass
+        return batch.refs
+
+    @contextmanager
+    def writing(
+        self, stream: str, partition: PartitionId, segments: Sequence[PendingSegment], created_ms: int
+    ) -> Iterator[StagedWrite]:
+        """Write one immutable segment per entry and start making them durable; the body of the
+        ``with`` runs while the fsyncs are in flight, and the segments are durable once it exits.
+
+        Files are written one after the other, then fsync'd concurrently with their directory
+        (once per batch). The body may prepare the ledger accept (the references are final:
+        names and sizes) -- that CPU work overlaps the fsyncs' wait -- but must not send it:
+        nothing may name a segment before it is durable. Whatever the body does or raises, every
+        fsync has ended before a descriptor is closed; an fsync's error is raised on exit.
+        """
         directory = self.partition_dir(stream, partition)
         if not directory.is_dir():
             directory.mkdir(parents=True, exist_ok=True)
             _fsync_dir(directory.parent)
         refs: list[SegmentRef] = []
         descriptors: list[int] = []
+        pending: list[Future[None]] = []
         try:
             for segment in segments:
                 name = segment_name(segment.buffer, segment.first, segment.last, created_ms, secrets.token_hex(6))
                 self._crash.hit(BEFORE_SEGMENT_WRITE)
                 fd = _create(directory, name)
                 descriptors.append(fd)
-                data = segment.data
-                half = len(data) // 2
-                _write_all(fd, data[:half])
+                parts = segment.parts
+                size = sum(map(len, parts))
+                head, tail = _split(parts, size // 2)
+                _write_all(fd, head)
                 self._crash.hit(DURING_SEGMENT_WRITE)
-                _write_all(fd, data[half:])
+                _write_all(fd, tail)
                 refs.append(
-                    SegmentRef(
-                        name=name, records=segment.records, size=len(data), first=segment.first, last=segment.last
-                    )
+                    SegmentRef(name=name, records=segment.records, size=size, first=segment.first, last=segment.last)
                 )
             # Opened only now: holding our files, the directory can no longer be removed (the
             # sweeper removes empty ones) and recreated under another inode.
             descriptors.append(os.open(directory, os.O_RDONLY))
             # The files and their directory at once: each must be durable before the ledger
             # accepts the segments, and nothing depends on the order in which they become so.
-            _fsync_all(descriptors)
+            pending = _start_fsyncs(descriptors)
+            yield StagedWrite(refs)
+            _await_all(pending)
         finally:
+            wait(pending)  # also when the body raised: no fsync may outlive its descriptor
             for fd in descriptors:
                 os.close(fd)
         for _ref in refs:
             self._crash.hit(AFTER_SEGMENT_WRITE)
-        return refs
 
     @staticmethod
     def planned_ref(buffer: BufferKey, first: int, last: int, records: int, size: int, created_ms: int) -> SegmentRef:
@@ -267,32 +303,59 @@ def _create(directory: Path, name: str) -> int:
 
 
 _FSYNC_THREADS = 8
+_IOV_MAX = 1024  # POSIX guarantees at least 16; Linux allows 1024 buffers per writev
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 
 
-def _fsync_all(descriptors: list[int]) -> None:
-    """fsync every descriptor, concurrently when there are several (each is a round trip on EFS)."""
-    if len(descriptors) < 2:
-        for fd in descriptors:
-            os.fsync(fd)
-        return
+def _start_fsyncs(descriptors: list[int]) -> list[Future[None]]:
+    """fsync every descriptor concurrently (each is a round trip on EFS); ``_await_all`` ends them."""
     global _pool
     with _pool_lock:
         if _pool is None:
             _pool = ThreadPoolExecutor(max_workers=_FSYNC_THREADS, thread_name_prefix="tidemark-fsync")
         pool = _pool
-    pending = [pool.submit(os.fsync, fd) for fd in descriptors]
+    return [pool.submit(os.fsync, fd) for fd in descriptors]
+
+
+def _await_all(pending: list[Future[None]]) -> None:
     wait(pending)  # every fsync has ended before the caller closes the descriptors
     for done in pending:
         done.result()  # re-raises an fsync's OSError here
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
+def _split(parts: Sequence[bytes], at: int) -> tuple[list[memoryview], list[memoryview]]:
+    """The parts' first ``at`` bytes and the rest, as views (nothing is copied)."""
+    head: list[memoryview] = []
+    tail: list[memoryview] = []
+    seen = 0
+    for part in parts:
+        view = memoryview(part)
+        if seen >= at:
+            tail.append(view)
+        elif seen + len(view) <= at:
+            head.append(view)
+        else:
+            head.append(view[: at - seen])
+            tail.append(view[at - seen :])
+        seen += len(view)
+    return head, tail
+
+
+def _write_all(fd: int, views: list[memoryview]) -> None:
+    """Write every byte of ``views`` in order: ``writev`` (at most ``IOV_MAX`` at a time), resumed
+    after a short write."""
+    views = [view for view in views if len(view)]
+    index = 0
+    while index < len(views):
+        written = os.writev(fd, views[index : index + _IOV_MAX])
+        while written:
+            size = len(views[index])
+            if written < size:
+                views[index] = views[index][written:]
+                break
+            written -= size
+            index += 1
 
 
 def _fsync_dir(directory: Path) -> None:

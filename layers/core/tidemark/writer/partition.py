@@ -19,7 +19,7 @@ import secrets
 from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from itertools import islice
-from operator import lt
+from operator import itemgetter, lt
 from typing import BinaryIO
 
 from boto3.exceptions import S3UploadFailedError
@@ -61,6 +61,10 @@ from tidemark.staging.store import SegmentRef, SegmentStore
 from tidemark.writer.budget import ItemBudget
 from tidemark.writer.outcome import BatchOutcome, FlushOutcome
 from tidemark.writer.stream import StreamContext
+
+_BUFFER = itemgetter(0)  # of a Routed
+_EVENT_MS = itemgetter(2)  # of a Routed
+_ROUTE = itemgetter(1)  # of an (offset, Routed) pair
 
 logger = logging.getLogger(__name__)
 
@@ -262,9 +266,9 @@ class PartitionWriter:
             state = stored
             check_positions(state, records, source, reuses_positions=reuses)
         epoch = state.epoch
-        routed, sources = self._route_new(records, state.staged_offset)
-        offsets = [offset for offset, _item in routed]
-        event_times = [item.event_ms for _offset, item in routed]
+        offsets, routes, sources = self._route_new(records, state.staged_offset)
+        routed = list(zip(offsets, routes, strict=True))
+        event_times = list(map(_EVENT_MS, routes))
         conflicts_left = self.stream.archive.max_accept_attempts
         while True:
             start = bisect_right(offsets, state.staged_offset)  # routed ascends: the rest is fresh
@@ -275,7 +279,7 @@ class PartitionWriter:
                 raise StagingConflictError(f"{self.stream.name}/{self.partition}: epoch changed during the batch")
             if any(
                 (buffer := state.buffers.get(str(key))) is not None and buffer.spec != self.stream.spec_for(key)
-                for key in {item.buffer for _offset, item in fresh}
+                for key in set(map(_BUFFER, routes[start:]))
             ):  # the configuration's format changed since these buffers opened: seal them first
                 state = self.rotate(state, outcome)
                 conflicts_left -= 1
@@ -291,22 +295,28 @@ class PartitionWriter:
                 continue
             if len(chunk) < len(fresh):
                 outcome.chunks += 1
-            written = self._write_segments(chunk, sources[start : start + len(chunk)], now)
             # A record dated in the future (a producer's clock, a bad field) must not pin the
             # partition's watermark ahead of time: it counts as at most slightly ahead of now.
-            latest_event = min(max(event_times[start : start + len(chunk)]), now + MAX_EVENT_LEAD_MS)
-            ends = {start, start + len(chunk) - 1}  # the chunk's first and last record are fingerprinted
-            accepted = state.accept(
-                written,
-                chunk[-1][0],
-                now,
-                self.stream.spec_for,
-                latest_event,
-                source=source,
-                fingerprints=[(sources[i].offset, fingerprint(sources[i])) for i in sorted(ends)],
-            )
+            end = start + len(chunk)
+            latest_event = min(max(event_times[start:end]), now + MAX_EVENT_LEAD_MS)
+            ends = {start, end - 1}  # the chunk's first and last record are fingerprinted
+            pending = self.stream.encoder.encode(sources[start:end], routes[start:end])
+            with self._staging.writing(self.stream.name, self.partition, pending, now) as batch:
+                # While the segments' fsyncs are in flight: the accepted state and its ledger
+                # item (CPU work). It is sent only once the segments are durable, below.
+                written = [(segment.buffer, ref) for segment, ref in zip(pending, batch.refs, strict=True)]
+                accepted = state.accept(
+                    written,
+                    chunk[-1][0],
+                    now,
+                    self.stream.spec_for,
+                    latest_event,
+                    source=source,
+                    fingerprints=[(sources[i].offset, fingerprint(sources[i])) for i in sorted(ends)],
+                )
+                prepared = self._ledger.prepare(accepted)
             try:
-                state = self._remember(self._ledger.save(accepted, state))
+                state = self._remember(self._ledger.save(accepted, state, prepared))
             except LedgerConflictError as conflict:
                 winner = self._winner(conflict)
                 if not self._landed(written, winner):
@@ -345,7 +355,7 @@ class PartitionWriter:
         new buffers, and the accepted state -- with every OPEN buffer sealed, too -- fits the
         ledger item budget. Empty if not even one record fits."""
         limit = self.stream.policy.max_open_buffers
-        distinct = {item.buffer for _offset, item in fresh}
+        distinct = set(map(_BUFFER, map(_ROUTE, fresh)))
         new_buffers = sum(1 for key in distinct if str(key) not in state.buffers)
         if new_buffers <= limit and self._budget.cheap_fits(
             state,
@@ -415,11 +425,9 @@ class PartitionWriter:
         ours -- and deleting those segments would lose the batch."""
         return not {ref.name for _key, ref in written}.isdisjoint(winner.referenced_segments())
 
-    def _route_new(
-        self, records: Sequence[Record], staged_offset: int
-    ) -> tuple[list[tuple[int, Routed]], list[Record]]:
-        """Route each offset above ``staged_offset`` once, in offset order (dedupe on entry);
-        and the records those routes came from, index for index."""
+    def _route_new(self, records: Sequence[Record], staged_offset: int) -> tuple[list[int], list[Routed], list[Record]]:
+        """Route each offset above ``staged_offset`` once, in offset order (dedupe on entry):
+        the offsets, their routes and the records those came from, index for index."""
         offsets = [record.offset for record in records]
         if not all(map(lt, offsets, islice(offsets, 1, None))):  # ascending, no repeats: the ESM's norm
             unique: dict[int, Record] = {}
@@ -429,16 +437,7 @@ class PartitionWriter:
             offsets = [record.offset for record in records]
         start = bisect_right(offsets, staged_offset)
         sources = list(records[start:])
-        return list(zip(offsets[start:], self.stream.router.route_batch(sources), strict=True)), sources
-
-    def _write_segments(
-        self, chunk: list[tuple[int, Routed]], records: Sequence[Record], now: int
-    ) -> list[tuple[BufferKey, SegmentRef]]:
-        """One immutable, fsync'd segment per buffer the records belong to (``records[i]`` was
-        routed to ``chunk[i]``), written and fsync'd together."""
-        pending = self.stream.encoder.encode(records, [item for _offset, item in chunk])
-        refs = self._staging.write_batch(self.stream.name, self.partition, pending, now)
-        return [(segment.buffer, ref) for segment, ref in zip(pending, refs, strict=True)]
+        return offsets[start:], self.stream.router.route_batch(sources), sources
 
     # -- rotate -------------------------------------------------------------------------------
 

@@ -8,15 +8,18 @@ other columns are taken from the records with C-level ``itemgetter`` calls.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import itemgetter
 
 from tidemark.buffers import ERRORS_KIND, BufferKey
 from tidemark.records.model import Record
 from tidemark.routing import Routed
 from tidemark.staging.frames import DEAD_LETTER, NO_EVENT_TIME, RAW, encode_meta
-from tidemark.staging.segment import encode_segment, take
+from tidemark.staging.segment import segment_parts, take
 from tidemark.staging.store import PendingSegment
 
 Headers = tuple[tuple[str, bytes], ...]
+_BUFFER = itemgetter(0)  # of a Routed
+_EVENT_MS = itemgetter(2)  # of a Routed
 
 
 class SegmentEncoder:
@@ -30,7 +33,7 @@ class SegmentEncoder:
     def encode(self, records: Sequence[Record], routes: Sequence[Routed]) -> list[PendingSegment]:
         """One segment per buffer, in the order buffers first appear; ``records[i]`` was routed
         to ``routes[i]``, and positions ascend."""
-        buffers = [route[0] for route in routes]
+        buffers = list(map(_BUFFER, routes))
         distinct = dict.fromkeys(buffers)
         if len(distinct) == 1:
             return [self._segment(next(iter(distinct)), records, routes)]
@@ -50,11 +53,11 @@ class SegmentEncoder:
             metas = [encode_meta(route.detail, pairs) for route, pairs in zip(routes, headers, strict=True)]
         else:
             kinds = [RAW] * count
-            event_times = [route[2] for route in routes]
+            event_times = list(map(_EVENT_MS, routes))
             cached = self._metas.get
             metas = [(cached(pairs) or self._meta(pairs)) if pairs else b"" for pairs in headers]
-        data = encode_segment(kinds, positions, timestamps, event_times, keys, values, metas)
-        return PendingSegment(buffer, data, count, positions[0], positions[-1])
+        parts = segment_parts(kinds, positions, timestamps, event_times, keys, values, metas)
+        return PendingSegment(buffer, parts, count, positions[0], positions[-1])
 
     def _meta(self, headers: Headers) -> bytes:
         meta = self._metas.get(headers)
