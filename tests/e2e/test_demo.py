@@ -96,6 +96,10 @@ def test_demo_with_chaos_is_exactly_once_against_what_the_broker_holds(kafka_boo
     report = json.loads(report_path.read_text())
     assert report["result"] == "PASS"
     assert report["chaos"]["crashes"] >= 4  # at least the armed drain of every partition died
+    # The demo's audit: every object against the ledger, every partition's offsets tiled (gaps
+    # asked of the broker), after crashes and lost commits.
+    audit = report["audit"]
+    assert (audit["clean"], audit["findings"], audit["records"]) == (True, [], 3000)
     assert report["delivery"]["crashed_invocations"] + report["chaos"]["lost_commits"] >= 1
 
     # Independent check: the broker's records against the S3 objects and the ledger.
@@ -151,6 +155,7 @@ def test_demo_with_a_topic_recreated_mid_run_archives_both_logs_exactly_once(kaf
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(report_path.read_text())
     assert report["result"] == "PASS" and report["verification"]["produced"] == 1200
+    assert report["audit"]["clean"] and report["audit"]["records"] == 1200  # both epochs tiled
     assert report["epochs"]["refused_invocations"] >= 1
     assert report["epochs"]["started"] == {"0": 1, "1": 1}
 

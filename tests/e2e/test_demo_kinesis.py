@@ -71,6 +71,7 @@ def test_kinesis_demo_with_chaos_and_a_split_is_exactly_once_against_what_the_st
     report = json.loads(report_path.read_text())
     check = report["verification"]
     assert report["result"] == "PASS" and report["source"] == "kinesis"
+    assert report["audit"]["clean"] and report["audit"]["records"] == 2000  # no shard's objects overlap
     assert check["produced"] == 2000 == check["archived"] + check["dead_lettered"]
     assert (check["lost"], check["duplicated"], check["unexpected"]) == (0, 0, 0)
     assert report["stream_arn"] == f"arn:aws:kinesis:us-east-1:123456789012:stream/{name}"

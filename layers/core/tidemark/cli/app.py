@@ -12,6 +12,7 @@ from types import FrameType
 import typer
 
 from tidemark.cli import epoch
+from tidemark.cli.audit import audit
 from tidemark.cli.demo import demo
 from tidemark.cli.invoke import invoke
 
@@ -27,6 +28,7 @@ app = typer.Typer(
 app.command(no_args_is_help=False)(demo)
 app.command()(invoke)
 app.add_typer(epoch.app, name="epoch")
+app.command()(audit)
 
 
 def _terminate(_signum: int, _frame: FrameType | None) -> None:

@@ -152,6 +152,14 @@ def render_result(console: Console, result: DemoResult) -> None:
     console.print(
         f"ledger vs S3: {len(result.ledger_only)} committed but missing, {len(result.s3_only)} unknown to the ledger"
     )
+    audit = result.audit
+    explained = f", {audit['gaps_explained']} offset gaps Kafka holds no records in" if audit["gaps_explained"] else ""
+    console.print(
+        f"audit: {'clean' if audit['clean'] else 'FINDINGS'} ({audit['objects']} objects, "
+        f"{audit['records']} records, {audit['partitions']} partitions{explained})"
+    )
+    for line in audit["findings"][:20]:
+        console.print(f"  {line}", markup=False)
     timings = ", ".join(f"{name} {seconds:.1f}s" for name, seconds in data["timings_s"].items())
     console.print(f"timings: {timings}")
     console.print(f"logs and staging: {result.workdir}")

@@ -27,6 +27,8 @@ from typing import IO, Any
 import yaml
 from botocore.exceptions import BotoCoreError, ClientError
 
+from tidemark.audit import Auditor
+from tidemark.audit.kafka import KafkaProbe
 from tidemark.config.loader import ENV_JSON, parse_config
 from tidemark.config.model import StreamConfig, TidemarkConfig
 from tidemark.embedded.aggregation import run_demo_aggregation
@@ -74,6 +76,7 @@ class DemoResult:
     epochs: dict[str, Any] | None  # with --recreate-topic: refused invocations and epochs started
     ledger_only: list[str]  # committed in the ledger, missing from S3
     s3_only: list[str]  # in S3, unknown to the ledger
+    audit: dict[str, Any]  # ``tidemark audit``'s report (clean, counts, findings)
     staging_left: int  # segment files still on the staging directory
     timings_s: dict[str, float]
     source: str = KAFKA  # the source kind: kafka or kinesis
@@ -88,6 +91,7 @@ class DemoResult:
             and report.archived + report.dead_lettered == report.produced
             and not self.ledger_only
             and not self.s3_only
+            and self.audit["clean"]
             and (self.aggregation is None or all(self.aggregation["counts_match"].values()))
             and (self.shards is None or self.shards.get("parent_before_children", True))
         )
@@ -119,6 +123,7 @@ class DemoResult:
             "records_per_hour": dict(sorted(report.records_per_hour.items())),
             "ledger_only": self.ledger_only,
             "s3_only": self.s3_only,
+            "audit": self.audit,
             "staging_segments_left": self.staging_left,
             "delivery": {
                 "batches": self.mapping.batches,
@@ -276,6 +281,10 @@ class Demo:
             ledger_only, s3_only = reconcile(aws, config, stream.name, hours)
             self._lap("verify")
 
+            self.ui.step("auditing the archive: every object against the ledger, offsets tiled")
+            audit = run_audit(aws, config, stream, fed.location if kind == KAFKA else None)
+            self._lap("audit")
+
             aggregation = None
             # Kafka runs the Spark job by default; Kinesis only when asked (--aggregate).
             if options.aggregate if options.aggregate is not None else kind == KAFKA:
@@ -300,6 +309,7 @@ class Demo:
                 aggregation=aggregation,
                 ledger_only=ledger_only,
                 s3_only=s3_only,
+                audit=audit,
                 staging_left=sum(1 for _ in aws.staging_root.rglob("*.seg")),
                 timings_s=self.timings,
                 source=kind,
@@ -352,6 +362,24 @@ def run_hours(start_ms: int, end_s: float, timezone: str) -> set[str]:
     labels = HourBucketer(timezone)
     end_ms = int(end_s * 1000)
     return {labels.label(ms) for ms in [*range(start_ms, end_ms, 900_000), end_ms]}
+
+
+def run_audit(aws: LocalAws, config: TidemarkConfig, stream: StreamConfig, bootstrap: str | None) -> dict[str, Any]:
+    """``tidemark audit`` over every hour: gaps asked of Kafka itself (a Kafka source)."""
+    ledger = Runtime.from_env().ledger
+    with contextlib.ExitStack() as stack:
+        probe = None
+        if bootstrap is not None:
+            probe = stack.enter_context(KafkaProbe(bootstrap, stream.source.topic))
+        report = Auditor(config, stream.name, ledger, aws.s3(), aws.bucket, probe=probe).run()
+    return {
+        "clean": report.clean,
+        "objects": report.objects,
+        "records": report.records,
+        "partitions": len(report.partitions),
+        "gaps_explained": sum(summary.gaps_explained for summary in report.partitions),
+        "findings": [finding.line() for finding in report.findings],
+    }
 
 
 def reconcile(aws: LocalAws, config: TidemarkConfig, stream: str, hours: set[str]) -> tuple[list[str], list[str]]:

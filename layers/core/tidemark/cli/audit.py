@@ -1,0 +1,100 @@
+"""``tidemark audit``: prove a stream's archive whole, or name what is wrong with it.
+
+Exit code 0: clean; 1: findings (each on its own line: kind, partition, offsets, object key);
+2: the audit could not run.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tidemark.audit import Auditor, AuditReport
+from tidemark.cli.errors import EXIT_FAILED, one_line_errors
+from tidemark.cli.target import BucketOption, EndpointOption, StackOption, TableOption, resolve
+from tidemark.config.loader import load_config
+from tidemark.exceptions import ConfigError
+from tidemark.ledger.dynamodb import DynamoDBLedger
+from tidemark.names import HOUR, matches
+
+
+def audit(
+    stream: Annotated[str, typer.Option(help="The stream, as named in the configuration.")],
+    config: Annotated[Path, typer.Option(help="Stream configuration.")] = Path("config/tidemark.yaml"),
+    from_hour: Annotated[
+        str | None, typer.Option("--from", help="First event hour to audit, e.g. 2026-11-21T07 (default: the first).")
+    ] = None,
+    to_hour: Annotated[str | None, typer.Option("--to", help="Last event hour to audit (default: the last).")] = None,
+    bootstrap_servers: Annotated[
+        str | None,
+        typer.Option(help="Kafka brokers: a gap in the archive is a loss only where the topic still holds records."),
+    ] = None,
+    stack_name: StackOption = None,
+    bucket: BucketOption = None,
+    ledger_table: TableOption = None,
+    endpoint_url: EndpointOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Check every object of the stream against the ledger (presence both ways, SHA-256, record
+    count, offsets), and -- over every hour -- that each partition's offsets are all archived
+    once: no gap, no overlap."""
+    with one_line_errors():
+        for name, hour in (("--from", from_hour), ("--to", to_hour)):
+            if hour is not None and not matches(HOUR, hour):
+                raise ConfigError(f"{name} {hour!r}: an event hour looks like 2026-11-21T07")
+        loaded = load_config(config)
+        names = [candidate.name for candidate in loaded.streams]
+        if stream not in names:
+            raise ConfigError(f"--stream {stream!r}: not in {config} (streams: {', '.join(names)})")
+        target = resolve(stack_name, bucket, ledger_table, endpoint_url)
+        ledger = DynamoDBLedger(target.table, client=target.dynamodb())
+        with ExitStack() as stack:
+            probe = None
+            if bootstrap_servers:
+                from tidemark.audit.kafka import KafkaProbe
+
+                probe = stack.enter_context(KafkaProbe(bootstrap_servers, loaded.stream(stream).source.topic))
+            auditor = Auditor(loaded, stream, ledger, target.s3(), target.bucket, probe=probe)
+            report = auditor.run(from_hour, to_hour, progress=None if as_json else _progress())
+    if as_json:
+        print(json.dumps(report.to_dict(), indent=2, default=str))
+    else:
+        _print(report)
+    if not report.clean:
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _progress() -> Callable[[int, int], None] | None:
+    """Objects read so far, on stderr when it is a terminal (the report goes to stdout)."""
+    if not sys.stderr.isatty():
+        return None
+
+    def show(done: int, total: int) -> None:
+        end = "\n" if done == total else ""
+        print(f"\raudit: {done}/{total} objects read", end=end, file=sys.stderr, flush=True)
+
+    return show
+
+
+def _print(report: AuditReport) -> None:
+    hours = f"{report.first_hour or 'first'}..{report.last_hour or 'last'}"
+    print(f"stream {report.stream}, hours {hours}: {report.objects} objects, {report.records} records")
+    for summary in report.partitions:
+        where = f"  partition {summary.partition}" + (f" epoch {summary.epoch}" if summary.epoch else "")
+        if summary.first is None:
+            print(f"{where}: {summary.objects} objects, positions not kept by the format (counts checked)")
+            continue
+        through = f", no gap through {summary.checked_through}" if summary.checked_through is not None else ""
+        explained = f" ({summary.gaps_explained} gaps Kafka holds no records in)" if summary.gaps_explained else ""
+        print(f"{where}: offsets {summary.first}..{summary.last} in {summary.objects} objects{through}{explained}")
+    if not report.gaps_checked:
+        print("gaps: not checked (an hour range was given; records of one offset range span hours)")
+    for finding in report.findings:
+        print(finding.line())
+    print("clean" if report.clean else f"{len(report.findings)} findings")

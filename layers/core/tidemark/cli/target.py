@@ -1,0 +1,75 @@
+"""Which archive an operator command works on: the bucket and ledger table, and how to reach them.
+
+In AWS (boto3's default credentials and region), ``--stack-name`` reads the names from the
+deployed stack's outputs (``ArchiveBucketName``, ``LedgerTableName``); ``--bucket`` and
+``--ledger-table`` (or the ``TIDEMARK_BUCKET``/``TIDEMARK_LEDGER_TABLE`` environment the
+Lambdas get) name them directly. ``--endpoint-url`` points every client at another endpoint:
+the embedded stack's moto server.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import boto3
+import typer
+from botocore.exceptions import BotoCoreError, ClientError
+
+from tidemark.exceptions import ConfigError
+from tidemark.runtime import ENV_BUCKET, ENV_LEDGER_TABLE
+
+BUCKET_OUTPUT = "ArchiveBucketName"
+TABLE_OUTPUT = "LedgerTableName"
+
+StackOption = Annotated[
+    str | None, typer.Option("--stack-name", help="Read the bucket and ledger table from this stack's outputs.")
+]
+BucketOption = Annotated[
+    str | None, typer.Option("--bucket", envvar=ENV_BUCKET, help="The archive bucket (default: $TIDEMARK_BUCKET).")
+]
+TableOption = Annotated[
+    str | None,
+    typer.Option("--ledger-table", envvar=ENV_LEDGER_TABLE, help="The ledger table (default: $TIDEMARK_LEDGER_TABLE)."),
+]
+EndpointOption = Annotated[
+    str | None, typer.Option("--endpoint-url", help="AWS endpoint, e.g. the embedded stack's moto server.")
+]
+
+
+@dataclass(frozen=True)
+class Target:
+    bucket: str
+    table: str
+    endpoint_url: str | None = None
+
+    def s3(self) -> Any:
+        return boto3.client("s3", endpoint_url=self.endpoint_url)
+
+    def dynamodb(self) -> Any:
+        return boto3.client("dynamodb", endpoint_url=self.endpoint_url)
+
+
+def resolve(stack_name: str | None, bucket: str | None, table: str | None, endpoint_url: str | None) -> Target:
+    """The target the options name; a ``ConfigError`` saying what is missing otherwise."""
+    if stack_name:
+        outputs = stack_outputs(stack_name, endpoint_url)
+        bucket = bucket or outputs.get(BUCKET_OUTPUT)
+        table = table or outputs.get(TABLE_OUTPUT)
+        if not bucket or not table:
+            raise ConfigError(f"stack {stack_name!r} has no {BUCKET_OUTPUT}/{TABLE_OUTPUT} outputs: is it Tidemark's?")
+    if not bucket or not table:
+        raise ConfigError(
+            "which archive? give --stack-name, or --bucket and --ledger-table "
+            f"(or ${ENV_BUCKET} and ${ENV_LEDGER_TABLE})"
+        )
+    return Target(bucket, table, endpoint_url)
+
+
+def stack_outputs(stack_name: str, endpoint_url: str | None = None) -> dict[str, str]:
+    client = boto3.client("cloudformation", endpoint_url=endpoint_url)
+    try:
+        stacks = client.describe_stacks(StackName=stack_name)["Stacks"]
+    except (ClientError, BotoCoreError) as exc:
+        raise ConfigError(f"--stack-name {stack_name!r}: {exc}") from None
+    return {output["OutputKey"]: output["OutputValue"] for output in stacks[0].get("Outputs", [])}

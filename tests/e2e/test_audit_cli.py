@@ -1,0 +1,89 @@
+"""``tidemark audit`` through the installed CLI, against a real archive on the moto server: exit
+codes, one line per finding, JSON, the stack's outputs as the target."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import typer.main
+
+from tests.e2e.test_demo import tidemark
+from tests.support.harness import EsmModel, finish, small_config
+from tests.support.workload import make_orders
+from tidemark.cli.app import app
+
+CONFIG = "config/tidemark.yaml"
+
+
+def test_every_audit_option_is_explained():
+    command = typer.main.get_command(app).commands["audit"]  # type: ignore[attr-defined]
+    assert [param.name for param in command.params if not getattr(param, "help", None)] == []
+
+
+@pytest.fixture
+def whole(archive):
+    config = small_config()
+    esm = EsmModel(make_orders(partitions=2, per_partition=120, seed=4), lambda crash: archive.runtime(config, crash))
+    finish(archive, config, esm)
+    return archive
+
+
+def where(archive) -> tuple[str, ...]:
+    return ("--endpoint-url", archive.endpoint, "--bucket", archive.bucket, "--ledger-table", archive.table)
+
+
+def test_a_clean_archive_exits_0_and_a_damaged_one_1_naming_each_finding(whole):
+    clean = tidemark("audit", "--stream", "orders", "--config", CONFIG, *where(whole))
+    assert clean.returncode == 0, clean.stderr
+    assert clean.stdout.splitlines()[-1] == "clean"
+    assert "partition 0: offsets 0..119" in clean.stdout and "no gap through 119" in clean.stdout
+
+    keys = [item["Key"] for item in whole.s3.list_objects_v2(Bucket=whole.bucket, Prefix="raw/")["Contents"]]
+    whole.s3.delete_object(Bucket=whole.bucket, Key=keys[0])
+    damaged = tidemark("audit", "--stream", "orders", "--config", CONFIG, *where(whole), "--json")
+    assert damaged.returncode == 1, damaged.stderr
+    report = json.loads(damaged.stdout)
+    assert report["clean"] is False
+    assert {finding["kind"] for finding in report["findings"]} == {"missing_object", "gap"}
+    assert [f["key"] for f in report["findings"] if f["kind"] == "missing_object"] == [keys[0]]
+
+    lines = tidemark("audit", "--stream", "orders", "--config", CONFIG, *where(whole)).stdout.splitlines()
+    assert any(
+        line.startswith("missing_object: partition ") and line.endswith(": recorded in the ledger, not in S3")
+        for line in lines
+    )
+
+
+def test_the_stack_outputs_name_the_bucket_and_table(whole):
+    cloudformation = __import__("boto3").client("cloudformation", endpoint_url=whole.endpoint)
+    template = {
+        "Resources": {"Topic": {"Type": "AWS::SNS::Topic"}},
+        "Outputs": {
+            "ArchiveBucketName": {"Value": whole.bucket},
+            "LedgerTableName": {"Value": whole.table},
+        },
+    }
+    stack = f"tidemark-{whole.bucket[-10:]}"
+    cloudformation.create_stack(StackName=stack, TemplateBody=json.dumps(template))
+    done = tidemark(
+        "audit", "--stream", "orders", "--config", CONFIG, "--endpoint-url", whole.endpoint, "--stack-name", stack
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "clean"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--stream", "nope"), "--stream 'nope': not in"),
+        (("--stream", "orders", "--from", "yesterday"), "--from 'yesterday'"),
+        (("--stream", "orders", "--bucket", "", "--ledger-table", ""), "which archive?"),
+    ],
+)
+def test_unusable_options_are_one_line_errors_with_exit_2(args, message, monkeypatch):
+    monkeypatch.delenv("TIDEMARK_BUCKET", raising=False)
+    monkeypatch.delenv("TIDEMARK_LEDGER_TABLE", raising=False)
+    done = tidemark("audit", "--config", CONFIG, *args)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and message in done.stderr
