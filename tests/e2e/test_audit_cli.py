@@ -87,3 +87,22 @@ def test_unusable_options_are_one_line_errors_with_exit_2(args, message, monkeyp
     done = tidemark("audit", "--config", CONFIG, *args)
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and message in done.stderr
+
+
+def test_status_lists_every_partition_and_flags_none_when_all_is_in_s3(whole):
+    done = tidemark(
+        "status", "--stream", "orders", "--config", CONFIG, "--endpoint-url", whole.endpoint,
+        "--ledger-table", whole.table, "-p", "0", "-p", "1", "--json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    [stream] = json.loads(done.stdout)
+    rows = {row["partition"]: row for row in stream["partitions"]}
+    assert sorted(rows) == [0, 1] and stream["stale_partitions"] == []
+    assert [(row["staged_offset"], row["committed_through"], row["buffers"]) for row in rows.values()] == [
+        (119, 119, []),
+        (119, 119, []),
+    ]
+    where = ("--endpoint-url", whole.endpoint, "--ledger-table", whole.table, "-p", "1")
+    text = tidemark("status", "--config", CONFIG, *where)
+    assert text.returncode == 0, text.stderr
+    assert "partition 1: staged 119, in S3 through 119, 0 open buffers" in text.stdout

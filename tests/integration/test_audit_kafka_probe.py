@@ -23,3 +23,5 @@ def test_records_between_reads_the_log(kafka_bootstrap):
         assert probe.records_between(0, 0, 0) == 1
         assert probe.records_between(0, 8, 20) == 2  # the log ends at 9
         assert probe.records_between(0, 50, 60) is None  # past its end: not there to be asked
+        assert probe.partitions() == [0]
+        assert probe.end_offset(0) == 10  # read on from the watermark (this broker reports it loosely)

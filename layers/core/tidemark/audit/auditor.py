@@ -298,7 +298,7 @@ class Auditor:
             summary.staged_offset = state.staged_offset
         if not report.gaps_checked or self.stream.source.kind == KINESIS:
             return summary  # Kinesis sequence numbers are never contiguous: overlaps only
-        through = _committed_through(state) if epoch == state.epoch else held[-1]
+        through = state.committed_through() if epoch == state.epoch else held[-1]
         summary.checked_through = through
         for first, last in _missing(held, through):
             if self._probe is None:
@@ -322,15 +322,6 @@ class Auditor:
 
 def _hour_filter(first_hour: str | None, last_hour: str | None) -> Callable[[str], bool]:
     return lambda hour: (first_hour is None or hour >= first_hour) and (last_hour is None or hour <= last_hour)
-
-
-def _committed_through(state: PartitionState) -> int:
-    """The last position the ledger proves committed: below the first one still staged (in an
-    open, sealed or quarantined buffer), else the staged offset itself."""
-    staged = [segment.first for buffer in state.buffers.values() for segment in buffer.segments]
-    staged += [segment.first for flush in state.sealed.values() for segment in flush.buffer.segments]
-    staged += [segment.first for held in state.quarantined.values() for segment in held.flush.buffer.segments]
-    return min(staged) - 1 if staged else state.staged_offset
 
 
 def _runs(positions: list[int]) -> Iterator[tuple[int, int]]:

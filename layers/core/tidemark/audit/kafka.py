@@ -51,6 +51,51 @@ class KafkaProbe:
     def __exit__(self, *_: object) -> None:
         self.close()
 
+    def partitions(self) -> list[int]:
+        """The topic's partitions, from the cluster's metadata."""
+        from confluent_kafka import KafkaException
+
+        try:
+            metadata = self._consumer.list_topics(self.topic, timeout=15).topics.get(self.topic)
+        except KafkaException as exc:
+            raise SourceUnavailableError(f"{self.topic}: {exc}") from None
+        if metadata is None or metadata.error is not None:
+            raise SourceUnavailableError(f"topic {self.topic!r}: {metadata.error if metadata else 'not found'}")
+        return sorted(metadata.partitions)
+
+    def end_offset(self, partition: PartitionId) -> int:
+        """The offset the partition's next record will get (``tidemark status``'s lag): the high
+        watermark, confirmed by reading on from it to the partition's end (a broker that reports
+        the watermark loosely is corrected by the records that follow it)."""
+        from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+        if not isinstance(partition, int):
+            raise SourceUnavailableError(f"partition {partition!r} is not a Kafka partition")
+        try:
+            start, end = self._consumer.get_watermark_offsets(TopicPartition(self.topic, partition), timeout=15)
+        except KafkaException as exc:
+            raise SourceUnavailableError(f"{self.topic}/{partition}: {exc}") from None
+        end = max(start, end)
+        self._consumer.assign([TopicPartition(self.topic, partition, end)])
+        idle_since = time.monotonic()
+        try:
+            while time.monotonic() - idle_since < IDLE_S:
+                message = self._consumer.poll(0.2)
+                if message is None:
+                    continue
+                idle_since = time.monotonic()
+                offset = message.offset()
+                error = message.error()
+                if error is not None and error.code() != KafkaError._PARTITION_EOF:
+                    raise SourceUnavailableError(f"{self.topic}/{partition}: {error.str()}")
+                if offset is not None:
+                    end = max(end, offset if error is not None else offset + 1)
+                if error is not None:  # the end of the partition
+                    return end
+        finally:
+            self._consumer.unassign()
+        return end
+
     def records_between(self, partition: PartitionId, first: int, last: int) -> int | None:
         """Records the topic holds at offsets ``first..last`` of ``partition``; ``None`` if it does
         not hold ``first`` at all (below the log's start, or past its end)."""

@@ -15,6 +15,7 @@ from tidemark.cli import epoch
 from tidemark.cli.audit import audit
 from tidemark.cli.demo import demo
 from tidemark.cli.invoke import invoke
+from tidemark.cli.status import status
 
 app = typer.Typer(
     name="tidemark",
@@ -29,6 +30,7 @@ app.command(no_args_is_help=False)(demo)
 app.command()(invoke)
 app.add_typer(epoch.app, name="epoch")
 app.command()(audit)
+app.command()(status)
 
 
 def _terminate(_signum: int, _frame: FrameType | None) -> None:

@@ -18,10 +18,10 @@ import boto3
 import typer
 
 from tidemark.cli.errors import one_line_errors
+from tidemark.cli.target import partition_ids
 from tidemark.config.loader import load_config
 from tidemark.exceptions import ConfigError
 from tidemark.runtime import ENV_LEDGER_TABLE, Runtime
-from tidemark.sources import PartitionId, partition_of_text
 
 app = typer.Typer(
     help="Position epochs: start one after a topic was recreated or changed, or a cluster migrated.",
@@ -44,13 +44,6 @@ PartitionsOption = Annotated[
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
-
-
-def _partition_ids(given: list[str]) -> list[PartitionId]:
-    try:
-        return [partition_of_text(text) for text in given]
-    except ValueError as exc:
-        raise ConfigError(f"--partition: {exc} (a partition number, or a Kinesis shard id)") from None
 
 
 def _runtime(config: Path, table: str, endpoint_url: str | None) -> Runtime:
@@ -109,7 +102,7 @@ def start(
             raise ConfigError(f"--stream {stream!r}: not in {config} (streams: {', '.join(names)})")
         stream_config = runtime.config.stream(stream)
         started = []
-        for partition in _partition_ids(partitions):
+        for partition in partition_ids(partitions):
             record = runtime.writer(stream_config, partition).start_epoch(from_offset, source=source, reason=reason)
             started.append({"stream": stream, "partition": partition} | asdict(record))
     if as_json:
@@ -135,7 +128,7 @@ def list_epochs(
     with one_line_errors():
         runtime = _runtime(config, ledger_table, endpoint_url)
         rows: list[dict[str, Any]] = []
-        for partition in _partition_ids(partitions):
+        for partition in partition_ids(partitions):
             state = runtime.ledger.load(stream, partition)
             rows.append(
                 {

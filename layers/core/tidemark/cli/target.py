@@ -18,6 +18,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from tidemark.exceptions import ConfigError
 from tidemark.runtime import ENV_BUCKET, ENV_LEDGER_TABLE
+from tidemark.sources import PartitionId, partition_of_text
 
 BUCKET_OUTPUT = "ArchiveBucketName"
 TABLE_OUTPUT = "LedgerTableName"
@@ -50,20 +51,28 @@ class Target:
         return boto3.client("dynamodb", endpoint_url=self.endpoint_url)
 
 
-def resolve(stack_name: str | None, bucket: str | None, table: str | None, endpoint_url: str | None) -> Target:
-    """The target the options name; a ``ConfigError`` saying what is missing otherwise."""
+def resolve(
+    stack_name: str | None,
+    bucket: str | None,
+    table: str | None,
+    endpoint_url: str | None,
+    *,
+    needs_bucket: bool = True,
+) -> Target:
+    """The target the options name; a ``ConfigError`` saying what is missing otherwise (a
+    command that reads the ledger only needs no bucket)."""
     if stack_name:
         outputs = stack_outputs(stack_name, endpoint_url)
         bucket = bucket or outputs.get(BUCKET_OUTPUT)
         table = table or outputs.get(TABLE_OUTPUT)
         if not bucket or not table:
             raise ConfigError(f"stack {stack_name!r} has no {BUCKET_OUTPUT}/{TABLE_OUTPUT} outputs: is it Tidemark's?")
-    if not bucket or not table:
+    if (needs_bucket and not bucket) or not table:
         raise ConfigError(
             "which archive? give --stack-name, or --bucket and --ledger-table "
             f"(or ${ENV_BUCKET} and ${ENV_LEDGER_TABLE})"
         )
-    return Target(bucket, table, endpoint_url)
+    return Target(bucket or "", table, endpoint_url)
 
 
 def stack_outputs(stack_name: str, endpoint_url: str | None = None) -> dict[str, str]:
@@ -73,3 +82,11 @@ def stack_outputs(stack_name: str, endpoint_url: str | None = None) -> dict[str,
     except (ClientError, BotoCoreError) as exc:
         raise ConfigError(f"--stack-name {stack_name!r}: {exc}") from None
     return {output["OutputKey"]: output["OutputValue"] for output in stacks[0].get("Outputs", [])}
+
+
+def partition_ids(given: list[str]) -> list[PartitionId]:
+    """``--partition`` values: Kafka partition numbers or Kinesis shard ids."""
+    try:
+        return [partition_of_text(text) for text in given]
+    except ValueError as exc:
+        raise ConfigError(f"--partition: {exc} (a partition number, or a Kinesis shard id)") from None

@@ -326,9 +326,19 @@ class PartitionState:
         """Nothing staged: every accepted record is in a committed object."""
         return not self.buffers and not self.sealed
 
+    def staged_segments(self) -> list[SegmentRef]:
+        """Every segment accepted and not committed: in OPEN buffers, SEALED and quarantined flushes."""
+        segments = [segment for buffer in self.buffers.values() for segment in buffer.segments]
+        segments += (segment for flush in self.sealed.values() for segment in flush.buffer.segments)
+        segments += (segment for held in self.quarantined.values() for segment in held.flush.buffer.segments)
+        return segments
+
     def referenced_segments(self) -> set[str]:
         """Every segment the ledger has accepted and not yet committed: never garbage."""
-        names = {segment.name for buffer in self.buffers.values() for segment in buffer.segments}
-        names.update(segment.name for flush in self.sealed.values() for segment in flush.buffer.segments)
-        names.update(segment.name for held in self.quarantined.values() for segment in held.flush.buffer.segments)
-        return names
+        return {segment.name for segment in self.staged_segments()}
+
+    def committed_through(self) -> int:
+        """The last position up to which every accepted record is in a committed object: below the
+        first one still staged (an open, sealed or quarantined buffer), else the staged offset."""
+        staged = self.staged_segments()
+        return min(segment.first for segment in staged) - 1 if staged else self.staged_offset

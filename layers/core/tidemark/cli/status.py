@@ -1,0 +1,107 @@
+"""``tidemark status``: where each partition of a stream stands. Exit code 1 when a partition is
+stale (it needs attention: see ``tidemark.status``), 2 when the status could not be read."""
+
+from __future__ import annotations
+
+import json
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tidemark.cli.errors import EXIT_FAILED, one_line_errors
+from tidemark.cli.target import BucketOption, EndpointOption, StackOption, TableOption, partition_ids, resolve
+from tidemark.config.loader import load_config
+from tidemark.exceptions import ConfigError
+from tidemark.ledger.dynamodb import DynamoDBLedger
+from tidemark.sources import KINESIS
+from tidemark.status import DEFAULT_GRACE_MS, StreamStatus, stream_status
+
+
+def status(
+    stream: Annotated[str | None, typer.Option(help="One stream (default: every stream of the configuration).")] = None,
+    config: Annotated[Path, typer.Option(help="Stream configuration.")] = Path("config/tidemark.yaml"),
+    bootstrap_servers: Annotated[
+        str | None, typer.Option(help="Kafka brokers: adds each partition's end offset and lag.")
+    ] = None,
+    partitions: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--partition",
+            "-p",
+            help="Also these partitions (numbers or shard ids); by default those the sweeper registered, plus "
+            "the topic's with --bootstrap-servers.",
+        ),
+    ] = None,
+    grace_minutes: Annotated[
+        float, typer.Option(min=0, help="How late a flush may be before its partition is flagged stale.")
+    ] = DEFAULT_GRACE_MS / 60_000,
+    stack_name: StackOption = None,
+    bucket: BucketOption = None,
+    ledger_table: TableOption = None,
+    endpoint_url: EndpointOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
+) -> None:
+    """Per partition: staged offset, offset committed to S3 through, open buffers (hour, records,
+    bytes, age), sealed and quarantined flushes, and -- with --bootstrap-servers -- Kafka's end
+    offset and the lag. Stale partitions are flagged."""
+    with one_line_errors():
+        loaded = load_config(config)
+        names = [candidate.name for candidate in loaded.streams]
+        if stream is not None and stream not in names:
+            raise ConfigError(f"--stream {stream!r}: not in {config} (streams: {', '.join(names)})")
+        target = resolve(stack_name, bucket, ledger_table, endpoint_url, needs_bucket=False)
+        ledger = DynamoDBLedger(target.table, client=target.dynamodb())
+        now_ms = int(time.time() * 1000)
+        results: list[StreamStatus] = []
+        for candidate in loaded.streams:
+            if stream is not None and candidate.name != stream:
+                continue
+            with ExitStack() as stack:
+                source = None
+                if bootstrap_servers and candidate.source.kind != KINESIS:
+                    from tidemark.audit.kafka import KafkaProbe
+
+                    source = stack.enter_context(KafkaProbe(bootstrap_servers, candidate.source.topic))
+                wanted = partition_ids(partitions or [])
+                if source is not None:
+                    wanted += source.partitions()
+                results.append(
+                    stream_status(
+                        candidate,
+                        ledger,
+                        now_ms,
+                        partitions=wanted,
+                        source=source,
+                        grace_ms=int(grace_minutes * 60_000),
+                    )
+                )
+    if as_json:
+        print(json.dumps([result.to_dict() for result in results], indent=2, default=str))
+    else:
+        for result in results:
+            _print(result)
+    if any(result.stale for result in results):
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _print(result: StreamStatus) -> None:
+    print(f"stream {result.stream}: {len(result.partitions)} partitions, {len(result.stale)} stale")
+    for row in result.partitions:
+        lag = "" if row.lag is None else f", end {row.end_offset}, lag {row.lag}"
+        epoch = f" epoch {row.epoch}" if row.epoch else ""
+        print(
+            f"  partition {row.partition}{epoch}: staged {row.staged_offset}, in S3 through {row.committed_through}"
+            f"{lag}, {row.open_buffers} open buffers" + (" STALE" if row.stale else "")
+        )
+        for buffer in row.buffers:
+            where = f"{buffer.kind}/{buffer.hour}" + (f"/{buffer.folders}" if buffer.folders else "")
+            detail = f" ({buffer.detail})" if buffer.detail else ""
+            print(
+                f"    {buffer.state:<11} {where}: {buffer.records} records, {buffer.bytes} bytes, "
+                f"offsets {buffer.first}..{buffer.last}, age {buffer.age_s:.0f}s{detail}"
+            )
+        for reason in row.stale:
+            print(f"    stale: {reason}")
