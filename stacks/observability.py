@@ -10,7 +10,7 @@ Tidemark's own metrics are Powertools EMF metrics in the ``Tidemark`` namespace,
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from aws_cdk import Aws, Duration
 from aws_cdk import aws_cloudwatch as cw
@@ -85,6 +85,7 @@ class ObservabilityConstruct(Construct):
         config: TidemarkConfig,
         archivers: Mapping[str, lambda_.IFunction],
         sweeper: sfn.IStateMachine,
+        sweeper_functions: Sequence[lambda_.IFunction],
         file_system: efs.IFileSystem,
         pipeline: sfn.IStateMachine | None = None,
         emr_application_id: str | None = None,
@@ -128,6 +129,7 @@ class ObservabilityConstruct(Construct):
         self._action = cw_actions.SnsAction(self.topic)
         self._config = config
         self._sweeper = sweeper
+        self._sweeper_functions = list(sweeper_functions)
         self._pipeline = pipeline
         self._emr_application_id = emr_application_id
         self._file_system = file_system
@@ -255,7 +257,16 @@ class ObservabilityConstruct(Construct):
                 "the ledger and the bucket disagree (see the Reconcile step's ERROR log lines)",
             ),
             self._alarm(
-                "SweeperFailures", failed_or_timed_out(self._sweeper), "a sweeper execution failed or timed out"
+                "SweeperFailures",
+                failed_or_timed_out(self._sweeper),
+                "a sweeper execution failed or timed out -- PartitionSweepFailed: a partition's sweep failed after "
+                "its retries (run `tidemark status`; the SweepPartition function's ERROR logs name the partition)",
+            ),
+            self._alarm(
+                "SweeperErrors",
+                self._sweeper_errors(),
+                "a sweeper function raised (Lambda Errors of any step, also those its retries absorbed): see the "
+                "function's ERROR logs; `tidemark status` shows what is waiting",
             ),
         ]
         if self._pipeline is not None:
@@ -267,6 +278,16 @@ class ObservabilityConstruct(Construct):
                 )
             )
         return alarms
+
+    def _sweeper_errors(self) -> cw.MathExpression:
+        """Lambda ``Errors`` of every sweeper function, summed (each filled with 0)."""
+        using = {f"e{index}": fn.metric_errors(period=PERIOD) for index, fn in enumerate(self._sweeper_functions)}
+        return cw.MathExpression(
+            expression=" + ".join(f"FILL({name}, 0)" for name in using),
+            using_metrics=using,
+            label="sweeper function errors",
+            period=PERIOD,
+        )
 
     # -- dashboard -------------------------------------------------------------------------
 

@@ -4,9 +4,9 @@
 
 Each step is a Lambda function from ``functions/sweeper`` (one code asset, one handler each) over
 the core layer. Every step is idempotent. A partition whose sweep keeps failing (after retries)
-is caught and recorded in its iteration's output, so it never stops the other partitions, the
-reconciliation or the completeness step; a failing reconciliation does not stop completeness.
-The failures surface as Lambda errors (and alarms on them). Executions are limited to one
+is caught, so it never stops the other partitions, the reconciliation or the completeness step;
+then the execution fails (``PartitionSweepFailed``), which the sweeper-failure alarm reports. A
+failing reconciliation does not stop completeness. Executions are limited to one
 interval, so consecutive runs do not pile up.
 
 SweepPartition renders the objects of idle and resumed flushes, of any stream: when a stream
@@ -16,7 +16,7 @@ list, head and record; they keep the core layer only.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,6 +52,9 @@ class SweeperFunctions:
     sweep_partition: lambda_.Function
     reconcile: lambda_.Function
     complete_hours: lambda_.Function
+
+    def __iter__(self) -> Iterator[lambda_.Function]:
+        return iter((self.list_partitions, self.sweep_partition, self.reconcile, self.complete_hours))
 
 
 class SweeperConstruct(Construct):
@@ -164,18 +167,55 @@ class SweeperConstruct(Construct):
 
     def _definition(self, config: TidemarkConfig) -> sfn.IChainable:
         fns = self.functions
+        # Each iteration ends in ``false`` (swept) or ``true`` (failed after its retries): the
+        # other partitions and the later steps run either way, and the execution then fails,
+        # so a partition that cannot be swept is an execution failure (and its alarm), never a
+        # success with an error buried in its output.
         sweep_each = sfn.Map(
             self,
             "SweepEachPartition",
             state_name="SweepEachPartition",
             items_path="$.partitions",
             max_concurrency=config.sweeper.max_concurrency,
-            result_path=sfn.JsonPath.DISCARD,
+            result_path="$.sweep_failed",
         )
-        sweep = self._task("SweepPartition", fns.sweep_partition, None)
-        sweep.add_catch(sfn.Pass(self, "SweepFailed", state_name="SweepFailed"), result_path="$.error")
-        sweep_each.item_processor(sweep)
+        sweep = self._task("SweepPartition", fns.sweep_partition, sfn.JsonPath.DISCARD)
+        sweep.add_catch(
+            sfn.Pass(self, "SweepFailed", state_name="SweepFailed", result=sfn.Result.from_boolean(True)),
+            result_path="$.error",
+        )
+        sweep_each.item_processor(
+            sweep.next(sfn.Pass(self, "Swept", state_name="Swept", result=sfn.Result.from_boolean(False)))
+        )
         complete = self._task("CompleteHours", fns.complete_hours, "$.completeness")
         reconcile = self._task("Reconcile", fns.reconcile, "$.reconcile")
         reconcile.add_catch(complete, result_path="$.reconcile_error")
-        return self._task("ListPartitions", fns.list_partitions, None).next(sweep_each).next(reconcile).next(complete)
+        verdict = (
+            sfn.Choice(self, "AnySweepFailed", state_name="AnySweepFailed")
+            .when(
+                sfn.Condition.boolean_equals("$.sweeps_failed.any", True),
+                sfn.Fail(
+                    self,
+                    "PartitionSweepFailed",
+                    state_name="PartitionSweepFailed",
+                    error="PartitionSweepFailed",
+                    cause="a partition's sweep failed after its retries (the sweep_partition function's logs name it)",
+                ),
+            )
+            .otherwise(sfn.Succeed(self, "SweptEveryPartition", state_name="SweptEveryPartition"))
+        )
+        tally = sfn.Pass(
+            self,
+            "TallySweeps",
+            state_name="TallySweeps",
+            parameters={"any.$": "States.ArrayContains($.sweep_failed, true)"},
+            result_path="$.sweeps_failed",
+        )
+        return (
+            self._task("ListPartitions", fns.list_partitions, None)
+            .next(sweep_each)
+            .next(reconcile)
+            .next(complete)
+            .next(tally)
+            .next(verdict)
+        )

@@ -161,6 +161,7 @@ class TidemarkStack(Stack):
             config=config,
             archivers=self.archiver.functions,
             sweeper=self.sweeper.state_machine,
+            sweeper_functions=list(self.sweeper.functions),
             file_system=self.staging.file_system,
             pipeline=self.pipeline.state_machine if self.pipeline.enabled else None,
             emr_application_id=self.pipeline.application.attr_application_id if self.pipeline.enabled else None,

@@ -91,9 +91,11 @@ def sweeper(sfn_endpoint, proxy, synthesized, tmp_path, monkeypatch):
         roleArn="arn:aws:iam::123456789012:role/tidemark-sweeper",
     )["stateMachineArn"]
 
-    def run() -> dict:
+    def run(expect: str = "SUCCEEDED") -> dict:
         done = run_execution(sfn, machine)
-        if done["status"] != "SUCCEEDED":
+        if done["status"] == expect == "FAILED":
+            return done
+        if done["status"] != expect:
             events = sfn.get_execution_history(executionArn=done["executionArn"])["events"]
             failures = [e for e in events if "Failed" in e["type"]]
             raise AssertionError(f"{done['status']}: {done.get('error')} {done.get('cause')} {failures[-3:]}")
@@ -104,8 +106,18 @@ def sweeper(sfn_endpoint, proxy, synthesized, tmp_path, monkeypatch):
 
 def test_the_definition_is_the_synthesized_one(synthesized):
     states = json.loads(synthesized.definition)["States"]
-    assert list(states) == ["ListPartitions", "SweepEachPartition", "Reconcile", "CompleteHours"]
+    assert list(states) == [
+        "ListPartitions",
+        "SweepEachPartition",
+        "Reconcile",
+        "CompleteHours",
+        "TallySweeps",
+        "AnySweepFailed",
+        "SweptEveryPartition",
+        "PartitionSweepFailed",
+    ]
     assert states["SweepEachPartition"]["ItemsPath"] == "$.partitions"
+    assert states["PartitionSweepFailed"]["Type"] == "Fail"
     assert sorted(synthesized.handlers.values()) == [
         "handler.complete_hours",
         "handler.list_partitions",
@@ -213,7 +225,8 @@ def test_a_partition_that_keeps_failing_does_not_stop_the_others_or_the_later_st
 
     proxy.functions[sweep_name] = broken_for_partition_1
 
-    output = run()
+    failed = run(expect="FAILED")  # the failure is the execution's, not buried in its output
+    assert (failed["error"], failed["status"]) == ("PartitionSweepFailed", "FAILED")
 
     attempts = [event["partition"] for name, event in proxy.invocations if name == sweep_name]
     assert attempts.count(1) == 3  # the first try and two retries
@@ -222,4 +235,5 @@ def test_a_partition_that_keeps_failing_does_not_stop_the_others_or_the_later_st
         for key in (o["Key"] for o in archive.s3.list_objects_v2(Bucket=archive.bucket, Prefix="raw/")["Contents"])
     }
     assert swept == {"0", "2"}  # the other partitions were flushed
-    assert "reconcile" in output and "completeness" in output  # and the later steps ran
+    ran = {synthesized.handlers[name] for name, _event in proxy.invocations}
+    assert {"handler.reconcile", "handler.complete_hours"} <= ran  # and the later steps ran

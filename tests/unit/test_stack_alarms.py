@@ -180,3 +180,55 @@ def test_the_dashboard_graphs_the_three_sums(template: Template) -> None:
         ("FlushErrors", "tidemark-sweeper"),
         ("PositionResets", "tidemark-archiver"),
     } == plotted
+
+
+def test_sweeper_function_errors_alarm_at_once_summed_over_every_step(
+    synthesized: tuple[TidemarkStack, Template], topic: dict[str, str]
+) -> None:
+    stack, template = synthesized
+    metrics = Capture()
+    template.has_resource_properties(
+        ALARM,
+        {
+            "AlarmDescription": Match.string_like_regexp(r"^a sweeper function raised"),
+            "Metrics": metrics,
+            "Threshold": 0,
+            "ComparisonOperator": "GreaterThanThreshold",
+            "EvaluationPeriods": 1,
+            "TreatMissingData": "notBreaching",
+            "AlarmActions": Match.array_with([topic]),
+        },
+    )
+    (expression,) = [m for m in metrics.as_array() if "Expression" in m]
+    inputs = [m for m in metrics.as_array() if "MetricStat" in m]
+    functions = {logical_id(fn) for fn in stack.sweeper.functions}
+    assert len(functions) == 4
+    assert {m["MetricStat"]["Metric"]["Dimensions"][0]["Value"]["Ref"] for m in inputs} == functions
+    assert all(m["MetricStat"]["Metric"]["MetricName"] == "Errors" for m in inputs)
+    assert all(f"FILL({m['Id']}, 0)" in expression["Expression"] for m in inputs)
+
+
+def test_a_failed_partition_sweep_fails_the_execution_the_sweeper_alarm_watches(
+    synthesized: tuple[TidemarkStack, Template],
+) -> None:
+    """The state machine ends a run with a failed partition sweep in a Fail state (proven to run in
+    test_sweeper_state_machine.py); this alarm is on that machine's ExecutionsFailed."""
+    stack, template = synthesized
+    definition = json.loads(
+        "".join(
+            part if isinstance(part, str) else "ARN"
+            for part in template.find_resources("AWS::StepFunctions::StateMachine")[
+                logical_id(stack.sweeper.state_machine)
+            ]["Properties"]["DefinitionString"]["Fn::Join"][1]
+        )
+    )
+    assert definition["States"]["PartitionSweepFailed"]["Type"] == "Fail"
+    metrics = Capture()
+    template.has_resource_properties(
+        ALARM,
+        {"AlarmDescription": Match.string_like_regexp(r"^a sweeper execution failed or timed out"), "Metrics": metrics},
+    )
+    watched = [m["MetricStat"]["Metric"] for m in metrics.as_array() if "MetricStat" in m]
+    assert {metric["MetricName"] for metric in watched} >= {"ExecutionsFailed"}
+    machine = {"Ref": logical_id(stack.sweeper.state_machine)}
+    assert all(metric["Dimensions"][0]["Value"] == machine for metric in watched)

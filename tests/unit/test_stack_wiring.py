@@ -445,7 +445,7 @@ def test_alarms_notify_the_topic(stack: TidemarkStack, template: Template) -> No
     topic = logical_id(stack.observability.topic)
     alarms = template.find_resources("AWS::CloudWatch::Alarm")
     described = sorted(alarm["Properties"]["AlarmDescription"].split(":")[0] for alarm in alarms.values())
-    assert len(alarms) == 9
+    assert len(alarms) == 10  # the stream's 6, reconciliation, sweeper executions and functions, aggregation
     assert all(alarm["Properties"]["AlarmActions"] == [{"Ref": topic}] for alarm in alarms.values())
     # lag growth, archiver errors, dead letters, quarantines, flush errors, position resets
     assert described.count("orders") == 6

@@ -88,21 +88,33 @@ def test_state_machine_sweeps_each_partition_then_reconciles_then_completes_hour
     text = "".join(part if isinstance(part, str) else "<arn>" for part in definition.as_object()["Fn::Join"][1])
     states = json.loads(text)
     assert states["StartAt"] == "ListPartitions"
-    order = ["ListPartitions", "SweepEachPartition", "Reconcile", "CompleteHours"]
+    order = ["ListPartitions", "SweepEachPartition", "Reconcile", "CompleteHours", "TallySweeps", "AnySweepFailed"]
     assert [states["States"][name].get("Next") for name in order] == [*order[1:], None]
-    assert states["States"]["CompleteHours"]["End"] is True
     each = states["States"]["SweepEachPartition"]
     assert (each["Type"], each["ItemsPath"], each["MaxConcurrency"], each["ResultPath"]) == (
         "Map",
         "$.partitions",
         8,
-        None,
+        "$.sweep_failed",
     )
-    sweep = each["ItemProcessor"]["States"]["SweepPartition"]
+    iteration = each["ItemProcessor"]["States"]
+    sweep = iteration["SweepPartition"]
     assert any(retry["ErrorEquals"] == ["States.TaskFailed"] for retry in sweep["Retry"])
-    # a partition that keeps failing is caught: it never stops the others or the later steps
+    # a partition that keeps failing is caught: it never stops the others or the later steps ...
     assert sweep["Catch"] == [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "SweepFailed"}]
+    assert (iteration["SweepFailed"]["Result"], iteration["Swept"]["Result"]) == (True, False)
     assert states["States"]["Reconcile"]["Catch"][0]["Next"] == "CompleteHours"
+    # ... but the execution then fails, so the sweeper-failure alarm sees it
+    tally = states["States"]["TallySweeps"]
+    assert tally["Parameters"] == {"any.$": "States.ArrayContains($.sweep_failed, true)"}
+    (choice,) = states["States"]["AnySweepFailed"]["Choices"]
+    assert (choice["Variable"], choice["BooleanEquals"], choice["Next"]) == (
+        "$.sweeps_failed.any",
+        True,
+        "PartitionSweepFailed",
+    )
+    assert states["States"]["PartitionSweepFailed"]["Type"] == "Fail"
+    assert states["States"]["AnySweepFailed"]["Default"] == "SweptEveryPartition"
     assert states["TimeoutSeconds"] == 300  # one interval: executions never pile up
 
 
