@@ -9,6 +9,7 @@ Tidemark's own metrics are Powertools EMF metrics in the ``Tidemark`` namespace,
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 
@@ -196,6 +197,51 @@ class ObservabilityConstruct(Construct):
             periods=settings.evaluation_periods,
         )
 
+    def _freshness_alarm(self, stream: StreamConfig, fn: lambda_.IFunction) -> cw.Alarm:
+        """No object committed for the stream (archiver or sweeper) over a window in which a
+        healthy stream with records waiting always commits -- ``flush.max_age`` plus two sweeper
+        intervals -- while records wait. MSK: ``OffsetLag`` above 0; a stopped or deleted mapping
+        emits no ``OffsetLag`` at all, and that silence breaches too. Kinesis: ``IteratorAge``
+        above ``max_age`` (records waiting longer than any buffer may); an idle stream emits no
+        ``IteratorAge``, so there silence does not breach."""
+        name = stream.name
+        window = stream.flush.max_age + 2 * self._config.sweeper.interval
+        period = Duration.minutes(math.ceil(window.total_seconds() / 60))
+        committed = {
+            "committed_archiver": tidemark_metric("ObjectsCommitted", ARCHIVER, stream=name),
+            "committed_sweeper": tidemark_metric("SweeperObjectsCommitted", SWEEPER, stream=name),
+        }
+        none_committed = "FILL(committed_archiver, 0) + FILL(committed_sweeper, 0) == 0"
+        if stream.source.kind == "kinesis":
+            waiting = f"age > {stream.flush.max_age_ms}"
+            source = {"age": fn.metric("IteratorAge", statistic="Maximum")}
+            missing = cw.TreatMissingData.NOT_BREACHING
+            what = f"records older than max_age ({stream.flush.max_age}) wait in the Kinesis stream"
+        else:
+            waiting = "lag > 0"
+            source = {"lag": fn.metric("OffsetLag", statistic="Maximum")}
+            missing = cw.TreatMissingData.BREACHING
+            what = "the MSK mapping reports an offset lag, or reports nothing (stopped or deleted)"
+        alarm = cw.Alarm(
+            self,
+            f"Freshness-{name}",
+            metric=cw.MathExpression(
+                expression=f"IF({waiting} AND {none_committed}, 1, 0)",
+                using_metrics={**source, **committed},
+                period=period,
+                label="records waiting, none committed",
+            ),
+            threshold=0,
+            comparison_operator=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            evaluation_periods=1,
+            treat_missing_data=missing,
+            alarm_description=f"{name}: no object committed for {period.to_minutes()} minutes while {what}. "
+            "Run `tidemark status` (lag, open and sealed buffers, stale partitions); check the mapping's "
+            "state and the archiver's and sweeper's errors",
+        )
+        alarm.add_alarm_action(self._action)
+        return alarm
+
     def _stream_alarms(self, stream: StreamConfig, fn: lambda_.IFunction) -> list[cw.Alarm]:
         settings = self._config.alarms
         name = stream.name
@@ -216,6 +262,7 @@ class ObservabilityConstruct(Construct):
         )
         return [
             self._lag_alarm(stream, fn),
+            self._freshness_alarm(stream, fn),
             self._alarm(
                 f"ArchiverErrors-{name}",
                 fn.metric_errors(period=PERIOD),

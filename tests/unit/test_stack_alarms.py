@@ -232,3 +232,48 @@ def test_a_failed_partition_sweep_fails_the_execution_the_sweeper_alarm_watches(
     assert {metric["MetricName"] for metric in watched} >= {"ExecutionsFailed"}
     machine = {"Ref": logical_id(stack.sweeper.state_machine)}
     assert all(metric["Dimensions"][0]["Value"] == machine for metric in watched)
+
+
+def freshness(template: Template, stream: str) -> dict[str, Any]:
+    (alarm,) = [
+        resource["Properties"]
+        for resource in template.find_resources(ALARM).values()
+        if resource["Properties"]["AlarmDescription"].startswith(f"{stream}: no object committed for ")
+    ]
+    return alarm
+
+
+def test_msk_freshness_breaches_on_lag_without_commits_and_on_a_silent_mapping(
+    synthesized: tuple[TidemarkStack, Template], topic: dict[str, str]
+) -> None:
+    stack, template = synthesized
+    alarm = freshness(template, "orders")
+    # max_age 15m + two 5-minute sweeper intervals: a stream with waiting records commits within it
+    (expression,) = [m for m in alarm["Metrics"] if "Expression" in m]
+    assert expression["Expression"] == (
+        "IF(lag > 0 AND FILL(committed_archiver, 0) + FILL(committed_sweeper, 0) == 0, 1, 0)"
+    )
+    inputs = {m["Id"]: m["MetricStat"] for m in alarm["Metrics"] if "MetricStat" in m}
+    assert {metric_id: stat["Period"] for metric_id, stat in inputs.items()} == dict.fromkeys(inputs, 1500)
+    assert inputs["lag"]["Metric"]["MetricName"] == "OffsetLag" and inputs["lag"]["Stat"] == "Maximum"
+    function = {"Ref": logical_id(stack.archiver.functions["orders"])}
+    assert inputs["lag"]["Metric"]["Dimensions"] == [{"Name": "FunctionName", "Value": function}]
+    assert inputs["committed_archiver"]["Metric"]["MetricName"] == "ObjectsCommitted"
+    assert inputs["committed_sweeper"]["Metric"]["MetricName"] == "SweeperObjectsCommitted"
+    assert (alarm["TreatMissingData"], alarm["EvaluationPeriods"], alarm["Threshold"]) == ("breaching", 1, 0)
+    assert alarm["AlarmActions"] == [topic]
+    assert "tidemark status" in alarm["AlarmDescription"]
+
+
+def test_kinesis_freshness_breaches_on_old_records_without_commits_but_not_on_silence(
+    example_config: TidemarkConfig,
+) -> None:
+    from tests.unit.test_stack_kinesis import clicks, with_streams
+
+    _stack, template = synth_stack(with_streams(example_config, clicks()), nag=False)
+    alarm = freshness(template, "clicks")
+    (expression,) = [m for m in alarm["Metrics"] if "Expression" in m]
+    assert expression["Expression"].startswith("IF(age > 900000 AND ")
+    ages = [m["MetricStat"]["Metric"]["MetricName"] for m in alarm["Metrics"] if m["Id"] == "age"]
+    assert ages == ["IteratorAge"]
+    assert alarm["TreatMissingData"] == "notBreaching"  # an idle Kinesis stream emits no IteratorAge

@@ -445,10 +445,10 @@ def test_alarms_notify_the_topic(stack: TidemarkStack, template: Template) -> No
     topic = logical_id(stack.observability.topic)
     alarms = template.find_resources("AWS::CloudWatch::Alarm")
     described = sorted(alarm["Properties"]["AlarmDescription"].split(":")[0] for alarm in alarms.values())
-    assert len(alarms) == 10  # the stream's 6, reconciliation, sweeper executions and functions, aggregation
+    assert len(alarms) == 11  # the stream's 7, reconciliation, sweeper executions and functions, aggregation
     assert all(alarm["Properties"]["AlarmActions"] == [{"Ref": topic}] for alarm in alarms.values())
-    # lag growth, archiver errors, dead letters, quarantines, flush errors, position resets
-    assert described.count("orders") == 6
+    # lag growth, freshness, archiver errors, dead letters, quarantines, flush errors, position resets
+    assert described.count("orders") == 7
     lag = next(a["Properties"] for a in alarms.values() if "offset lag" in a["Properties"]["AlarmDescription"])
     expression = next(m["Expression"] for m in lag["Metrics"] if "Expression" in m)
     assert expression == "IF(lag > 100000 AND DIFF(lag) > 0, 1, 0)"
