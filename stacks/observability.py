@@ -13,7 +13,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 
-from aws_cdk import Aws, Duration
+from aws_cdk import Aws, Duration, Stack
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_efs as efs
@@ -70,6 +70,15 @@ def failed_or_timed_out(machine: sfn.IStateMachine) -> cw.MathExpression:
         },
         period=PERIOD,
     )
+
+
+def dashboard_name(stack_name: str, stream: str) -> str:
+    """``<stack>-<stream>``: one dashboard per stream, named so a stack's are found together."""
+    return f"{stack_name}-{stream}"
+
+
+def dashboard_url(region: str, name: str) -> str:
+    return f"https://{region}.console.aws.amazon.com/cloudwatch/home?region={region}#dashboards:name={name}"
 
 
 class ObservabilityConstruct(Construct):
@@ -136,10 +145,10 @@ class ObservabilityConstruct(Construct):
         self._file_system = file_system
         self.dashboards: dict[str, cw.Dashboard] = {}
         self.alarms: dict[str, list[cw.Alarm]] = {}
+        self.shared_alarms = self._shared_alarms()
         for stream in config.streams:
             self.alarms[stream.name] = self._stream_alarms(stream, archivers[stream.name])
             self.dashboards[stream.name] = self._dashboard(stream, archivers[stream.name])
-        self.shared_alarms = self._shared_alarms()
 
     # -- alarms ----------------------------------------------------------------------------
 
@@ -147,6 +156,7 @@ class ObservabilityConstruct(Construct):
         alarm = cw.Alarm(
             self,
             construct_id,
+            alarm_name=self._alarm_name(construct_id),
             metric=metric,
             threshold=0,
             comparison_operator=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
@@ -197,6 +207,10 @@ class ObservabilityConstruct(Construct):
             periods=settings.evaluation_periods,
         )
 
+    def _alarm_name(self, construct_id: str) -> str:
+        """``<stack>-<alarm>``: the name the README's runbook lists it under, after the stack's."""
+        return f"{Stack.of(self).stack_name}-{construct_id}"
+
     def _freshness_alarm(self, stream: StreamConfig, fn: lambda_.IFunction) -> cw.Alarm:
         """No object committed for the stream (archiver or sweeper) over a window in which a
         healthy stream with records waiting always commits -- ``flush.max_age`` plus two sweeper
@@ -225,6 +239,7 @@ class ObservabilityConstruct(Construct):
         alarm = cw.Alarm(
             self,
             f"Freshness-{name}",
+            alarm_name=self._alarm_name(f"Freshness-{name}"),
             metric=cw.MathExpression(
                 expression=f"IF({waiting} AND {none_committed}, 1, 0)",
                 using_metrics={**source, **committed},
@@ -350,7 +365,20 @@ class ObservabilityConstruct(Construct):
         def sweeper(metric: str, label: str) -> cw.Metric:
             return tidemark_metric(metric, SWEEPER, stream=name).with_(label=label)
 
-        dashboard = cw.Dashboard(self, f"Dashboard-{name}", default_interval=Duration.hours(6))
+        dashboard = cw.Dashboard(
+            self,
+            f"Dashboard-{name}",
+            dashboard_name=dashboard_name(Stack.of(self).stack_name, name),
+            default_interval=Duration.hours(6),
+        )
+        dashboard.add_widgets(
+            cw.AlarmStatusWidget(
+                title="Alarms (runbook: README 'Runbook')",
+                alarms=[*self.alarms[name], *self.shared_alarms],
+                width=24,
+                height=4,
+            )
+        )
         dashboard.add_widgets(
             graph("Records in", [archiver("RecordsIn", "records in")]),
             graph("Duplicates dropped", [archiver("DuplicatesDropped", "duplicates dropped")]),
@@ -430,6 +458,15 @@ class ObservabilityConstruct(Construct):
                     archiver_and_sweeper("FlushesQuarantined", name, label="flushes quarantined"),
                     archiver_and_sweeper("FlushErrors", name, label="flush errors"),
                     archiver("PositionResets", "position resets"),
+                ],
+            ),
+            graph(
+                "Ledger conflicts and hours waiting",
+                [
+                    archiver("LedgerConflicts", "ledger conflicts (concurrent writers)"),
+                    tidemark_metric("HoursWaiting", SWEEPER, statistic="Maximum").with_(
+                        label="event hours waiting to complete (all streams)"
+                    ),
                 ],
             ),
             graph("Spark job outcomes", self._job_metrics()),

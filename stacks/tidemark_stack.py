@@ -20,7 +20,7 @@ from stacks.grants import ArchiveAccess
 from stacks.layer import CoreLayer, FormatsLayer, needs_format_layer
 from stacks.nag import apply_nag
 from stacks.network import NetworkConstruct
-from stacks.observability import ObservabilityConstruct
+from stacks.observability import ObservabilityConstruct, dashboard_name, dashboard_url
 from stacks.pipeline import PipelineConstruct
 from stacks.source import SourceConstruct
 from stacks.staging import STAGING_MOUNT, StagingConstruct
@@ -183,6 +183,11 @@ class TidemarkStack(Stack):
             outputs[f"ArchiverFunction{stream.title().replace('-', '').replace('_', '')}"] = (
                 fn.function_name,
                 f"archiver function of stream {stream} (sam local invoke / tidemark invoke)",
+            )
+        for stream in self.observability.dashboards:
+            outputs[f"DashboardUrl{stream.title().replace('-', '').replace('_', '')}"] = (
+                dashboard_url(self.region, dashboard_name(self.stack_name, stream)),
+                f"CloudWatch dashboard of stream {stream} (alarm status at the top)",
             )
         if self.pipeline.enabled:
             outputs["EmrApplicationId"] = (self.pipeline.application.attr_application_id, "EMR Serverless application")

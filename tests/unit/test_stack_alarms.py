@@ -7,6 +7,7 @@ fires above 0 and notifies the alarm topic; the dashboard graphs the same series
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -277,3 +278,37 @@ def test_kinesis_freshness_breaches_on_old_records_without_commits_but_not_on_si
     ages = [m["MetricStat"]["Metric"]["MetricName"] for m in alarm["Metrics"] if m["Id"] == "age"]
     assert ages == ["IteratorAge"]
     assert alarm["TreatMissingData"] == "notBreaching"  # an idle Kinesis stream emits no IteratorAge
+
+
+def test_each_dashboard_is_named_shows_alarm_status_and_is_an_output(
+    synthesized: tuple[TidemarkStack, Template],
+) -> None:
+    stack, template = synthesized
+    (dashboard,) = template.find_resources("AWS::CloudWatch::Dashboard").values()
+    name = dashboard["Properties"]["DashboardName"]
+    assert name == f"{stack.stack_name}-orders"
+    body = json.dumps(dashboard["Properties"]["DashboardBody"])
+    assert '\\"type\\":\\"alarm\\"' in body  # the alarm-status widget
+    for title in ("Alarms", "Ledger conflicts and hours waiting", "Quarantines, flush errors and position resets"):
+        assert title in body
+    alarms = stack.observability.alarms["orders"] + stack.observability.shared_alarms
+    assert all(logical_id(alarm) in body for alarm in alarms)
+    url = template.find_outputs("DashboardUrlOrders")["DashboardUrlOrders"]["Value"]
+    assert f"#dashboards:name={name}" in json.dumps(url)
+
+
+def test_every_alarm_is_named_after_the_stack_as_the_runbook_lists_it(
+    synthesized: tuple[TidemarkStack, Template],
+) -> None:
+    stack, template = synthesized
+    names = sorted(alarm["Properties"]["AlarmName"] for alarm in template.find_resources(ALARM).values())
+    listed = [
+        "AggregationFailures", "ArchiverErrors-orders", "DeadLetters-orders", "FlushErrors-orders",
+        "Freshness-orders", "LagGrowing-orders", "PositionResets-orders", "Quarantines-orders",
+        "ReconciliationFindings", "SweeperErrors", "SweeperFailures",
+    ]  # fmt: skip
+    assert names == sorted(f"{stack.stack_name}-{name}" for name in listed)
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    runbook = readme[readme.index("### Runbook") :]
+    for name in listed:
+        assert f"`{name.replace('-orders', '-<stream>')}`" in runbook, name

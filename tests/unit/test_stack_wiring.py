@@ -402,6 +402,7 @@ def test_pipeline_runs_the_job_asset_with_the_tables_in_its_environment(
 # --- observability -------------------------------------------------------------------------------
 
 DASHBOARD_WIDGETS = [
+    "Alarms (runbook: README 'Runbook')",
     "Records in",
     "Duplicates dropped",
     "Dead-lettered",
@@ -415,6 +416,7 @@ DASHBOARD_WIDGETS = [
     "Reconciliation findings",
     "EFS storage bytes",
     "Quarantines, flush errors and position resets",
+    "Ledger conflicts and hours waiting",
     "Spark job outcomes",
 ]
 
