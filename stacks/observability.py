@@ -72,9 +72,14 @@ def failed_or_timed_out(machine: sfn.IStateMachine) -> cw.MathExpression:
     )
 
 
-def dashboard_name(stack_name: str, stream: str) -> str:
-    """``<stack>-<stream>``: one dashboard per stream, named so a stack's are found together."""
-    return f"{stack_name}-{stream}"
+#: CloudWatch evaluates an alarm over at most seven days (period x evaluation periods)
+MAX_ALARM_MINUTES = 7 * 24 * 60
+
+
+def dashboard_name(stack_name: str, region: str, stream: str) -> str:
+    """``<stack>-<region>-<stream>``: one dashboard per stream, named so a stack's are found
+    together; dashboards are global to the account, so a stack deployed in two regions keeps two."""
+    return f"{stack_name}-{region}-{stream}"
 
 
 def dashboard_url(region: str, name: str) -> str:
@@ -214,13 +219,16 @@ class ObservabilityConstruct(Construct):
     def _freshness_alarm(self, stream: StreamConfig, fn: lambda_.IFunction) -> cw.Alarm:
         """No object committed for the stream (archiver or sweeper) over a window in which a
         healthy stream with records waiting always commits -- ``flush.max_age`` plus two sweeper
-        intervals -- while records wait. MSK: ``OffsetLag`` above 0; a stopped or deleted mapping
-        emits no ``OffsetLag`` at all, and that silence breaches too. Kinesis: ``IteratorAge``
-        above ``max_age`` (records waiting longer than any buffer may); an idle stream emits no
-        ``IteratorAge``, so there silence does not breach."""
+        intervals -- while records waited all through it (the *minimum* over the window: a
+        sparse stream whose mapping catches up between records does not breach). MSK:
+        ``OffsetLag`` above 0; a stopped or deleted mapping emits no ``OffsetLag`` at all, and
+        that silence breaches too. Kinesis: ``IteratorAge`` above ``max_age`` (records waiting
+        longer than any buffer may); an idle stream emits no ``IteratorAge``, so there silence
+        does not breach."""
         name = stream.name
         window = stream.flush.max_age + 2 * self._config.sweeper.interval
-        period = Duration.minutes(math.ceil(window.total_seconds() / 60))
+        # CloudWatch evaluates at most seven days: a longer max_age is watched over the last seven.
+        period = Duration.minutes(min(math.ceil(window.total_seconds() / 60), MAX_ALARM_MINUTES))
         committed = {
             "committed_archiver": tidemark_metric("ObjectsCommitted", ARCHIVER, stream=name),
             "committed_sweeper": tidemark_metric("SweeperObjectsCommitted", SWEEPER, stream=name),
@@ -228,12 +236,12 @@ class ObservabilityConstruct(Construct):
         none_committed = "FILL(committed_archiver, 0) + FILL(committed_sweeper, 0) == 0"
         if stream.source.kind == "kinesis":
             waiting = f"age > {stream.flush.max_age_ms}"
-            source = {"age": fn.metric("IteratorAge", statistic="Maximum")}
+            source = {"age": fn.metric("IteratorAge", statistic="Minimum")}
             missing = cw.TreatMissingData.NOT_BREACHING
             what = f"records older than max_age ({stream.flush.max_age}) wait in the Kinesis stream"
         else:
             waiting = "lag > 0"
-            source = {"lag": fn.metric("OffsetLag", statistic="Maximum")}
+            source = {"lag": fn.metric("OffsetLag", statistic="Minimum")}
             missing = cw.TreatMissingData.BREACHING
             what = "the MSK mapping reports an offset lag, or reports nothing (stopped or deleted)"
         alarm = cw.Alarm(
@@ -368,7 +376,7 @@ class ObservabilityConstruct(Construct):
         dashboard = cw.Dashboard(
             self,
             f"Dashboard-{name}",
-            dashboard_name=dashboard_name(Stack.of(self).stack_name, name),
+            dashboard_name=dashboard_name(Stack.of(self).stack_name, Stack.of(self).region, name),
             default_interval=Duration.hours(6),
         )
         dashboard.add_widgets(

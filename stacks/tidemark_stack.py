@@ -186,7 +186,7 @@ class TidemarkStack(Stack):
             )
         for stream in self.observability.dashboards:
             outputs[f"DashboardUrl{stream.title().replace('-', '').replace('_', '')}"] = (
-                dashboard_url(self.region, dashboard_name(self.stack_name, stream)),
+                dashboard_url(self.region, dashboard_name(self.stack_name, self.region, stream)),
                 f"CloudWatch dashboard of stream {stream} (alarm status at the top)",
             )
         if self.pipeline.enabled:

@@ -186,3 +186,21 @@ def test_findings_read_as_one_line_each() -> None:
     assert (
         finding.line() == "count_mismatch: partition 3 epoch 2, offsets 100..199, raw/orders/k: 99 records, ledger 100"
     )
+
+
+def test_an_upload_whose_commit_is_in_flight_is_not_an_unknown_object(archive):
+    """Between an upload and its commit the object is in S3 and its flush SEALED in the ledger:
+    the archive's, not a stray. The audit says nothing of it; once committed, it is audited."""
+    from tidemark.faults import AFTER_UPLOAD, CrashAt
+
+    config = small_config()
+    workload = make_orders(partitions=1, per_partition=120, hours=1, seed=9)
+    esm = EsmModel(workload, lambda crash: archive.runtime(config, crash))
+    assert not esm.deliver(esm.batch(0, 60), CrashAt(AFTER_UPLOAD))  # the hour's 50th record seals a flush
+    runtime = archive.runtime(config)
+    sealed = {flush.object_key for flush in runtime.ledger.load("orders", 0).sealed.values()}
+    assert sealed and sealed <= set(keys(archive))  # uploaded, not committed
+    report = audit(archive, config)
+    assert all(finding.kind != UNKNOWN_OBJECT for finding in report.findings)
+    finish(archive, config, esm)
+    assert audit(archive, config).findings == []

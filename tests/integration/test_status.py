@@ -11,13 +11,18 @@ MINUTE = 60_000
 
 
 class Ends:
-    """The source's end offsets, as a test says they are."""
+    """The source's end offsets, as a test says they are; every offset a record, unless
+    ``markers`` says how many of the offsets past the staged ones are transaction markers."""
 
-    def __init__(self, ends: dict[PartitionId, int]) -> None:
+    def __init__(self, ends: dict[PartitionId, int], markers: int = 0) -> None:
         self.ends = ends
+        self.markers = markers
 
     def end_offset(self, partition: PartitionId) -> int:
         return self.ends[partition]
+
+    def records_between(self, partition: PartitionId, first: int, last: int) -> int | None:
+        return max(last - first + 1 - self.markers, 0)
 
 
 def test_a_partition_with_open_buffers_and_everything_before_them_in_s3(archive):
@@ -71,3 +76,23 @@ def test_a_quarantined_flush_makes_its_partition_stale(archive):
     assert len(quarantined) == 1 and quarantined[0].detail
     assert row.committed_through < quarantined[0].first or row.committed_through == quarantined[0].first - 1
     assert any("quarantined" in reason for reason in row.stale)
+
+
+def test_a_commit_marker_is_no_lag_and_a_partition_never_seen_is_not_stale(archive):
+    config = small_config(max_records=10_000)
+    workload = make_orders(partitions=1, per_partition=40, hours=1, seed=8)
+    esm = EsmModel(workload, lambda crash: archive.runtime(config, crash))
+    assert esm.deliver(esm.batch(0, 40))
+    archive.clock.advance(minutes=31)
+    finish(archive, config, esm)
+    runtime = archive.runtime(config)
+    later = archive.clock.now_ms() + 60 * MINUTE
+    # offset 40 is a transaction's commit marker: the end offset is 41, no record is missing
+    (quiet,) = stream_status(
+        config.streams[0], runtime.ledger, later, partitions=[0], source=Ends({0: 41}, 1)
+    ).partitions
+    assert (quiet.end_offset, quiet.lag, quiet.stale) == (41, 0, [])
+    # partition 5 was never archived (a mapping started at LATEST): it lags, it is not stale
+    never = stream_status(config.streams[0], runtime.ledger, later, partitions=[5], source=Ends({5: 3000}))
+    (row,) = never.partitions
+    assert (row.staged_offset, row.lag, row.stale) == (-1, 3000, [])

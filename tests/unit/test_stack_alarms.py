@@ -256,7 +256,7 @@ def test_msk_freshness_breaches_on_lag_without_commits_and_on_a_silent_mapping(
     )
     inputs = {m["Id"]: m["MetricStat"] for m in alarm["Metrics"] if "MetricStat" in m}
     assert {metric_id: stat["Period"] for metric_id, stat in inputs.items()} == dict.fromkeys(inputs, 1500)
-    assert inputs["lag"]["Metric"]["MetricName"] == "OffsetLag" and inputs["lag"]["Stat"] == "Maximum"
+    assert inputs["lag"]["Metric"]["MetricName"] == "OffsetLag" and inputs["lag"]["Stat"] == "Minimum"
     function = {"Ref": logical_id(stack.archiver.functions["orders"])}
     assert inputs["lag"]["Metric"]["Dimensions"] == [{"Name": "FunctionName", "Value": function}]
     assert inputs["committed_archiver"]["Metric"]["MetricName"] == "ObjectsCommitted"
@@ -286,7 +286,11 @@ def test_each_dashboard_is_named_shows_alarm_status_and_is_an_output(
     stack, template = synthesized
     (dashboard,) = template.find_resources("AWS::CloudWatch::Dashboard").values()
     name = dashboard["Properties"]["DashboardName"]
-    assert name == f"{stack.stack_name}-orders"
+    region = stack.region if not stack.region.startswith("${Token") else {"Ref": "AWS::Region"}
+    if isinstance(region, str):
+        assert name == f"{stack.stack_name}-{region}-orders"
+    else:  # an environment-agnostic stack: the region is resolved at deploy time
+        assert name == {"Fn::Join": ["", [f"{stack.stack_name}-", region, "-orders"]]}
     body = json.dumps(dashboard["Properties"]["DashboardBody"])
     assert '\\"type\\":\\"alarm\\"' in body  # the alarm-status widget
     for title in ("Alarms", "Ledger conflicts and hours waiting", "Quarantines, flush errors and position resets"):
@@ -294,7 +298,7 @@ def test_each_dashboard_is_named_shows_alarm_status_and_is_an_output(
     alarms = stack.observability.alarms["orders"] + stack.observability.shared_alarms
     assert all(logical_id(alarm) in body for alarm in alarms)
     url = template.find_outputs("DashboardUrlOrders")["DashboardUrlOrders"]["Value"]
-    assert f"#dashboards:name={name}" in json.dumps(url)
+    assert "#dashboards:name=" in json.dumps(url) and "-orders" in json.dumps(url)
 
 
 def test_every_alarm_is_named_after_the_stack_as_the_runbook_lists_it(
@@ -312,3 +316,12 @@ def test_every_alarm_is_named_after_the_stack_as_the_runbook_lists_it(
     runbook = readme[readme.index("### Runbook") :]
     for name in listed:
         assert f"`{name.replace('-orders', '-<stream>')}`" in runbook, name
+
+
+def test_a_week_long_max_age_is_watched_over_the_seven_days_cloudwatch_allows(example_config: TidemarkConfig) -> None:
+    stream = json.loads(example_config.model_dump_json())["streams"][0]
+    stream["flush"] = {**stream["flush"], "max_age": "7d"}
+    _, template = synth_stack(with_changes(example_config, streams=[stream]), nag=False)
+    alarm = freshness(template, "orders")
+    periods = {m["MetricStat"]["Period"] for m in alarm["Metrics"] if "MetricStat" in m}
+    assert periods == {7 * 24 * 3600} and alarm["EvaluationPeriods"] == 1

@@ -26,10 +26,18 @@ from tidemark.sources import PartitionId, partition_sort_key
 DEFAULT_GRACE_MS = 15 * 60_000
 
 
+#: an offset lag up to this many is counted record by record (a transaction's commit marker
+#: takes an offset but is no record: a quiet transactional partition shows an offset lag of 1)
+COUNTED_LAG = 1_000
+
+
 class EndOffsets(Protocol):
-    """The source's end position of a partition (the next offset a producer's record gets)."""
+    """The source's end position of a partition (the next offset a producer's record gets), and
+    how many records it holds in a range (``tidemark.audit.kafka.KafkaProbe``)."""
 
     def end_offset(self, partition: PartitionId) -> int: ...
+
+    def records_between(self, partition: PartitionId, first: int, last: int) -> int | None: ...
 
 
 @dataclass
@@ -137,7 +145,11 @@ def partition_status(
     if source is not None:
         row.end_offset = source.end_offset(state.partition)
         row.lag = max(row.end_offset - 1 - state.staged_offset, 0)
-        if row.lag and now_ms - state.updated_ms > grace_ms:
+        if 0 < row.lag <= COUNTED_LAG:
+            row.lag = source.records_between(state.partition, state.staged_offset + 1, row.end_offset - 1) or 0
+        # A partition the ledger never saw (a mapping started at LATEST, a new partition) lags
+        # without being stale: nothing of it was ever accepted.
+        if row.lag and state.version and now_ms - state.updated_ms > grace_ms:
             row.stale.append(f"{row.lag} records behind and nothing accepted for {_age(now_ms, state.updated_ms)}")
     return row
 

@@ -126,6 +126,15 @@ class Auditor:
                     obj.epoch,
                 )
             )
+        unknown = listed.keys() - recorded.keys()
+        if unknown:  # committed since the ledger was read, or uploaded with its commit in flight?
+            for hour in {hour_of_key(key) for key in unknown}:
+                for obj in self._ledger.committed_objects(self.stream.name, hour):
+                    if obj.key in unknown:
+                        recorded[obj.key] = obj
+            sealed = {flush.object_key for state in self._states(unknown) for flush in state.sealed.values()}
+            for key in unknown & sealed:  # an upload whose commit is in flight: not the archive's yet
+                del listed[key]
         for key in sorted(listed.keys() - recorded.keys()):
             partition, first, last = positions_of_key(key)
             report.findings.append(
@@ -142,11 +151,16 @@ class Auditor:
             if progress is not None:
                 progress(done, len(keys))
         report.gaps_checked = first_hour is None and last_hour is None
+        report.gaps_against_source = report.gaps_checked and self._probe is not None
         report.partitions = self._tile(reads, recorded.values(), report)
         report.findings.sort(key=lambda f: (f.kind, partition_sort_key(f.partition), f.epoch, f.first, f.key))
         return report
 
     # -- what the ledger and S3 hold ---------------------------------------------------------
+
+    def _states(self, keys: Iterable[str]) -> list[PartitionState]:
+        partitions = {positions_of_key(key)[0] for key in keys}
+        return [self._ledger.load(self.stream.name, partition) for partition in partitions]
 
     def _recorded(self, within: Callable[[str], bool]) -> Iterator[CommittedObject]:
         for mark in self._ledger.hour_marks(self.stream.name):
@@ -243,24 +257,26 @@ class Auditor:
             groups.setdefault((obj.partition, obj.epoch), [])
         summaries = []
         states: dict[PartitionId, PartitionState] = {}
-        for partition, epoch in sorted(groups, key=lambda pe: (partition_sort_key(pe[0]), pe[1])):
-            state = states.get(partition)
-            if state is None:
-                state = states[partition] = self._ledger.load(self.stream.name, partition)
-                for held in state.quarantined.values():
-                    segments = held.flush.buffer.segments
-                    report.findings.append(
-                        Finding(
-                            QUARANTINED,
-                            partition,
-                            min(segment.first for segment in segments),
-                            max(segment.last for segment in segments),
-                            held.flush.object_key,
-                            f"{held.flush.buffer.records} records not in S3: {held.error}",
-                            state.epoch,
-                        )
+        # Every partition the sweeper registered is asked about quarantines, whether or not the
+        # hours audited hold any of its objects (its first flush may be the quarantined one).
+        partitions = {partition for partition, _epoch in groups} | set(self._ledger.partitions(self.stream.name))
+        for partition in sorted(partitions, key=partition_sort_key):
+            state = states[partition] = self._ledger.load(self.stream.name, partition)
+            for held in state.quarantined.values():
+                segments = held.flush.buffer.segments
+                report.findings.append(
+                    Finding(
+                        QUARANTINED,
+                        partition,
+                        min(segment.first for segment in segments),
+                        max(segment.last for segment in segments),
+                        held.flush.object_key,
+                        f"{held.flush.buffer.records} records not in S3: {held.error}",
+                        state.epoch,
                     )
-            summaries.append(self._tile_one(partition, epoch, groups[(partition, epoch)], state, report))
+                )
+        for partition, epoch in sorted(groups, key=lambda pe: (partition_sort_key(pe[0]), pe[1])):
+            summaries.append(self._tile_one(partition, epoch, groups[(partition, epoch)], states[partition], report))
         return summaries
 
     def _tile_one(

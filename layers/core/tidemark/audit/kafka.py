@@ -13,12 +13,15 @@ confluent-kafka is imported only here (the ``demo`` extra; not in the Lambda lay
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from tidemark.audit.auditor import SourceUnavailableError
 from tidemark.sources import PartitionId
 
-#: how long a read may go without a message before the partition's end counts as reached
+#: how long the first answer of a read may take (a connection, SASL/IAM authentication)
+FIRST_S = 30.0
+#: how long a read may then go without a message before the partition's end counts as reached
 IDLE_S = 5.0
 
 
@@ -67,72 +70,63 @@ class KafkaProbe:
         """The offset the partition's next record will get (``tidemark status``'s lag): the high
         watermark, confirmed by reading on from it to the partition's end (a broker that reports
         the watermark loosely is corrected by the records that follow it)."""
-        from confluent_kafka import KafkaError, KafkaException, TopicPartition
-
-        if not isinstance(partition, int):
-            raise SourceUnavailableError(f"partition {partition!r} is not a Kafka partition")
-        try:
-            start, end = self._consumer.get_watermark_offsets(TopicPartition(self.topic, partition), timeout=15)
-        except KafkaException as exc:
-            raise SourceUnavailableError(f"{self.topic}/{partition}: {exc}") from None
+        start, end = self._watermarks(partition)
         end = max(start, end)
-        self._consumer.assign([TopicPartition(self.topic, partition, end)])
-        idle_since = time.monotonic()
-        try:
-            while time.monotonic() - idle_since < IDLE_S:
-                message = self._consumer.poll(0.2)
-                if message is None:
-                    continue
-                idle_since = time.monotonic()
-                offset = message.offset()
-                error = message.error()
-                if error is not None and error.code() != KafkaError._PARTITION_EOF:
-                    raise SourceUnavailableError(f"{self.topic}/{partition}: {error.str()}")
-                if offset is not None:
-                    end = max(end, offset if error is not None else offset + 1)
-                if error is not None:  # the end of the partition
-                    return end
-        finally:
-            self._consumer.unassign()
+        for offset, at_end in self._read(partition, end):
+            if at_end:
+                return max(end, offset)
+            end = max(end, offset + 1)
         return end
 
     def records_between(self, partition: PartitionId, first: int, last: int) -> int | None:
         """Records the topic holds at offsets ``first..last`` of ``partition``; ``None`` if it does
         not hold ``first`` at all (below the log's start, or past its end)."""
-        from confluent_kafka import KafkaError, KafkaException, TopicPartition
+        start, _end = self._watermarks(partition)
+        if first < start or first >= self.end_offset(partition):  # retention took it, or a recreated topic
+            return None
+        found = 0
+        for offset, at_end in self._read(partition, first):
+            if at_end or offset > last:
+                break
+            if offset >= first:
+                found += 1
+        return found
+
+    def _watermarks(self, partition: PartitionId) -> tuple[int, int]:
+        from confluent_kafka import KafkaException, TopicPartition
 
         if not isinstance(partition, int):
             raise SourceUnavailableError(f"partition {partition!r} is not a Kafka partition")
-        try:  # also proves the brokers reachable: silence below means an empty range
-            start, _end = self._consumer.get_watermark_offsets(TopicPartition(self.topic, partition), timeout=15)
+        try:
+            low, high = self._consumer.get_watermark_offsets(TopicPartition(self.topic, partition), timeout=15)
         except KafkaException as exc:
             raise SourceUnavailableError(f"{self.topic}/{partition}: {exc}") from None
-        if first < start:  # retention or deletion took it
-            return None
-        self._consumer.assign([TopicPartition(self.topic, partition, first)])
-        found = 0
-        idle_since = time.monotonic()
+        return int(low), int(high)
+
+    def _read(self, partition: PartitionId, start: int) -> Iterator[tuple[int, bool]]:
+        """``(offset, False)`` per record from ``start`` on, then ``(end offset, True)`` at the
+        partition's end. The first answer may take ``FIRST_S`` (a connection, authentication);
+        after it, ``IDLE_S`` without one ends the read as if at the end."""
+        from confluent_kafka import KafkaError, TopicPartition
+
+        assert isinstance(partition, int)  # _watermarks refused anything else first
+        self._consumer.assign([TopicPartition(self.topic, partition, start)])
+        answered, since = False, time.monotonic()
         try:
-            while time.monotonic() - idle_since < IDLE_S:
+            while time.monotonic() - since < (IDLE_S if answered else FIRST_S):
                 message = self._consumer.poll(0.2)
                 if message is None:
                     continue
-                idle_since = time.monotonic()
-                error = message.error()
+                answered, since = True, time.monotonic()
+                error, offset = message.error(), message.offset()
                 if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        end = message.offset()
-                        return None if found == 0 and end is not None and end <= first else found
-                    if error.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
-                        return None
-                    raise SourceUnavailableError(f"{self.topic}/{partition}: {error.str()}")
-                offset = message.offset()
-                if offset is None:
-                    continue
-                if offset > last:
-                    return found
-                if offset >= first:
-                    found += 1
+                    if error.code() != KafkaError._PARTITION_EOF:
+                        raise SourceUnavailableError(f"{self.topic}/{partition}: {error.str()}")
+                    yield (start if offset is None else offset), True
+                    return
+                if offset is not None:
+                    yield offset, False
         finally:
             self._consumer.unassign()
-        return found or None  # nothing at or after ``first`` (a broker that reports no end)
+        if not answered:
+            raise SourceUnavailableError(f"{self.topic}/{partition}: no answer within {FIRST_S:.0f}s")

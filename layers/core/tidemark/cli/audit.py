@@ -87,8 +87,11 @@ def _print(report: AuditReport) -> None:
     print(f"stream {report.stream}, hours {hours}: {report.objects} objects, {report.records} records")
     for summary in report.partitions:
         where = f"  partition {summary.partition}" + (f" epoch {summary.epoch}" if summary.epoch else "")
-        if summary.first is None:
+        if not summary.positions_known:
             print(f"{where}: {summary.objects} objects, positions not kept by the format (counts checked)")
+            continue
+        if summary.first is None:
+            print(f"{where}: no object of it could be read")
             continue
         through = f", no gap through {summary.checked_through}" if summary.checked_through is not None else ""
         explained = f" ({summary.gaps_explained} gaps Kafka holds no records in)" if summary.gaps_explained else ""

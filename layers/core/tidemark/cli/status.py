@@ -36,8 +36,13 @@ def status(
         ),
     ] = None,
     grace_minutes: Annotated[
-        float, typer.Option(min=0, help="How late a flush may be before its partition is flagged stale.")
-    ] = DEFAULT_GRACE_MS / 60_000,
+        float | None,
+        typer.Option(
+            min=0,
+            help="How late a flush may be before its partition is flagged stale (default: 15, or the sweeper's "
+            "interval plus 5 if that is longer: the sweeper flushes idle buffers once per interval).",
+        ),
+    ] = None,
     stack_name: StackOption = None,
     bucket: BucketOption = None,
     ledger_table: TableOption = None,
@@ -55,6 +60,10 @@ def status(
         target = resolve(stack_name, bucket, ledger_table, endpoint_url, needs_bucket=False)
         ledger = DynamoDBLedger(target.table, client=target.dynamodb())
         now_ms = int(time.time() * 1000)
+        if grace_minutes is None:
+            grace_ms = max(DEFAULT_GRACE_MS, loaded.sweeper.interval_ms + 5 * 60_000)
+        else:
+            grace_ms = int(grace_minutes * 60_000)
         results: list[StreamStatus] = []
         for candidate in loaded.streams:
             if stream is not None and candidate.name != stream:
@@ -75,7 +84,7 @@ def status(
                         now_ms,
                         partitions=wanted,
                         source=source,
-                        grace_ms=int(grace_minutes * 60_000),
+                        grace_ms=grace_ms,
                     )
                 )
     if as_json:
