@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from tests.support.harness import EsmModel, damage_first_segment, finish, small_config
+from tests.support.harness import EsmModel, finish, quarantined_partition, small_config
 from tests.support.workload import make_orders
 from tidemark.audit import Auditor, AuditReport, Finding
 from tidemark.audit.findings import (
@@ -166,15 +166,7 @@ def test_an_hour_range_checks_objects_but_not_gaps(archive):
 
 
 def test_a_quarantined_flush_is_a_finding(archive):
-    config = small_config(max_records=10_000)
-    workload = make_orders(partitions=1, per_partition=60, hours=1, seed=5)
-    esm = EsmModel(workload, lambda crash: archive.runtime(config, crash))
-    assert esm.deliver(esm.batch(0, 60))
-    runtime = archive.runtime(config)
-    hour = next(iter(runtime.ledger.load("orders", 0).buffers)).split("/", 1)[1]
-    damage_first_segment(archive, runtime, 0, hour)
-    archive.clock.advance(minutes=31)
-    runtime.writer(config.streams[0], 0).maintain()
+    config, _runtime = quarantined_partition(archive)
     report = audit(archive, config)
     quarantined = [f for f in report.findings if f.kind == QUARANTINED]
     assert len(quarantined) == 1 and quarantined[0].partition == 0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.support.harness import EsmModel, damage_first_segment, finish, small_config
+from tests.support.harness import EsmModel, finish, quarantined_partition, small_config
 from tests.support.workload import make_orders
 from tidemark.sources import PartitionId
 from tidemark.status import stream_status
@@ -61,15 +61,7 @@ def test_a_partition_with_open_buffers_and_everything_before_them_in_s3(archive)
 
 
 def test_a_quarantined_flush_makes_its_partition_stale(archive):
-    config = small_config(max_records=10_000)
-    workload = make_orders(partitions=1, per_partition=60, hours=1, seed=5)
-    esm = EsmModel(workload, lambda crash: archive.runtime(config, crash))
-    assert esm.deliver(esm.batch(0, 60))
-    runtime = archive.runtime(config)
-    hour = next(iter(runtime.ledger.load("orders", 0).buffers)).split("/", 1)[1]
-    damage_first_segment(archive, runtime, 0, hour)
-    archive.clock.advance(minutes=31)
-    runtime.writer(config.streams[0], 0).maintain()
+    config, runtime = quarantined_partition(archive)
     status = stream_status(config.streams[0], runtime.ledger, archive.clock.now_ms(), partitions=[0])
     (row,) = status.partitions
     quarantined = [buffer for buffer in row.buffers if buffer.state == "quarantined"]

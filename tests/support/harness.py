@@ -199,6 +199,23 @@ def damage_first_segment(
     segment.write_bytes(bytes(data))
 
 
+def quarantined_partition(archive: Any) -> tuple[TidemarkConfig, Runtime]:
+    """One partition whose only flush was quarantined: 60 records of one hour staged, the
+    buffer's first segment damaged, then maintenance past max age seals it and quarantines it."""
+    from tests.support.workload import make_orders
+
+    config = small_config(max_records=10_000)
+    workload = make_orders(partitions=1, per_partition=60, hours=1, seed=5)
+    esm = EsmModel(workload, lambda crash: archive.runtime(config, crash))
+    assert esm.deliver(esm.batch(0, 60))
+    runtime = archive.runtime(config)
+    hour = next(iter(runtime.ledger.load("orders", 0).buffers)).split("/", 1)[1]
+    damage_first_segment(archive, runtime, 0, hour)
+    archive.clock.advance(minutes=31)
+    runtime.writer(config.streams[0], 0).maintain()
+    return config, runtime
+
+
 def staged_files(archive: Any) -> set[str]:
     """Names of every segment file left in the staging directory."""
     return {path.name for path in archive.staging_root.rglob("*.seg")}
