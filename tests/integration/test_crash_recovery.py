@@ -182,35 +182,45 @@ def test_a_kinesis_stream_in_every_other_format_recovers_exactly_once(archive, f
 
 def test_the_ledger_names_segments_only_once_they_are_durable(archive, monkeypatch):
     """The accept's ledger item is built while the segments' fsyncs are in flight; it is sent only
-    after every one of them (files and directory) has returned."""
+    after every one of them (files and directory) has returned. Each concurrent fsync returns only
+    once the item is built (an event, not a sleep): built after them, it would never be."""
     import os
     import threading
-    import time
 
     from tidemark.ledger.dynamodb import DynamoDBLedger
 
     events: list[str] = []
     lock = threading.Lock()
-    real_fsync, real_put = os.fsync, DynamoDBLedger._put_state
+    prepared = threading.Event()
+    real_fsync, real_prepare, real_put = os.fsync, DynamoDBLedger._prepare_state, DynamoDBLedger._put_state
 
-    def slow_fsync(fd: int) -> None:
-        time.sleep(0.05)  # long enough that the item is built before any fsync returns
+    def fsync(fd: int) -> None:
         real_fsync(fd)
+        if threading.current_thread() is threading.main_thread():
+            return  # a new partition directory's parent, before any segment: not the batch's
+        overlapped = prepared.wait(timeout=30)
         with lock:
-            events.append("fsync")
+            events.append("fsync" if overlapped else "fsync-before-prepare")
+
+    def prepare(self, state):
+        item = real_prepare(self, state)
+        prepared.set()
+        return item
 
     def put(self, state, expected_version, payload=None):
         with lock:
             events.append("put" if payload is not None else "put-unprepared")
         return real_put(self, state, expected_version, payload)
 
-    monkeypatch.setattr("tidemark.staging.store.os.fsync", slow_fsync)
+    monkeypatch.setattr("tidemark.staging.store.os.fsync", fsync)
+    monkeypatch.setattr(DynamoDBLedger, "_prepare_state", prepare)
     monkeypatch.setattr(DynamoDBLedger, "_put_state", put)
     config = small_config(max_records=10_000)
     workload = make_orders(partitions=1, per_partition=40, seed=7)
     esm = EsmModel(workload, lambda crash: archive.runtime(config, crash))
     assert esm.deliver(esm.batch(0, 40))
-    assert events.count("put") == 1 and "put-unprepared" not in events
+    assert events.count("put") == 1 and "put-unprepared" not in events and "fsync-before-prepare" not in events
     assert events.index("put") == len(events) - 1 and events.count("fsync") >= 2  # a file and its directory
+    monkeypatch.undo()
     finish(archive, config, esm, BATCH)
     assert_exactly_once(archive, config, esm)

@@ -266,80 +266,73 @@ class Router:
         decoder = self._field_decoder
         if decoder is None:
             return self._nested_field_times(values)
-        fmt, zone = self._time_format, self._zone
         decode, error = decoder.decode, msgspec.DecodeError
         risky = jsonscan.risky(values)
-        if risky:  # decoding b"" fails, so these come out -1 below
-            values = [b"" if index in risky else value for index, value in enumerate(values)]
-        elif (times := self._int_times(values)) is not None:
-            return times
-        times = []
-        append = times.append
-        for value in values:  # the unsure ones are routed one by one afterwards, whatever is found here
-            try:
-                node = decode(value).value
+        if not risky:
+            try:  # the whole column at once: each value decoded exactly once
+                nodes = list(map(_FIELD_VALUE, map(decode, values)))
             except (error, RecursionError):
-                append(-1)
-                continue
-            kind = type(node)
-            if kind is int and node >= 0 and fmt != "iso8601":  # parse_time_value's _from_int
-                ms = node * 1000 if fmt == "epoch_s" or (fmt == "auto" and node < SECONDS_LIMIT) else node
-                append(ms if ms <= MAX_MS else -1)
-            elif kind is str:
-                try:
-                    append(parse_time_value(node, fmt, zone))
-                except EventTimeError:
-                    append(-1)
-            else:  # missing, null, a boolean, a negative int, a float, an object or an array
-                append(-1)
+                pass  # some value is no JSON object: decoded one by one below
+            else:
+                times = self._int_times(nodes)
+                return times if times is not None else [self._time_of(node) for node in nodes]
+        times = []
+        for index, value in enumerate(values):  # the unsure ones are routed one by one afterwards
+            try:
+                times.append(-1 if index in risky else self._time_of(decode(value).value))
+            except (error, RecursionError):
+                times.append(-1)
         return times
 
-    def _int_times(self, values: Sequence[bytes]) -> list[int] | None:
+    def _int_times(self, nodes: list[object]) -> list[int] | None:
         """``_field_times`` of a batch whose every value holds the field as a non-negative int
         (the common epoch timestamp), a column at a time; ``None`` for any other batch."""
         fmt = self._time_format
-        if fmt == "iso8601" or self._field_decoder is None:
+        if fmt == "iso8601" or set(map(type, nodes)) != _INT:
             return None
-        try:
-            nodes = list(map(_FIELD_VALUE, map(self._field_decoder.decode, values)))
-        except (msgspec.DecodeError, RecursionError):
+        numbers = cast(list[int], nodes)
+        if min(numbers) < 0:
             return None
-        if set(map(type, nodes)) != _INT or min(nodes) < 0:
-            return None
-        if fmt == "epoch_s" or (fmt == "auto" and max(nodes) < SECONDS_LIMIT):
-            times = list(map(mul, nodes, repeat(1000)))
-        elif fmt == "epoch_ms" or min(nodes) >= SECONDS_LIMIT:
-            times = nodes
+        if fmt == "epoch_s" or (fmt == "auto" and max(numbers) < SECONDS_LIMIT):
+            times = list(map(mul, numbers, repeat(1000)))
+        elif fmt == "epoch_ms" or min(numbers) >= SECONDS_LIMIT:
+            times = numbers
         else:  # "auto" with seconds and milliseconds mixed
             return None
         if max(times) > MAX_MS:
             times = [ms if ms <= MAX_MS else -1 for ms in times]
         return times
 
+    def _time_of(self, node: object, *, any_kind: bool = False) -> int:
+        """A value's event time in ms from its field's JSON value, or -1 where ``route`` must
+        decide. An int or a str is decided here; ``any_kind`` (the value came from orjson,
+        ``route``'s own parser): every other kind but null and booleans goes to
+        ``parse_time_value`` too, where from msgspec a float is left to ``route`` (not to depend
+        on two float parsers agreeing)."""
+        fmt = self._time_format
+        if type(node) is int and node >= 0 and fmt != "iso8601":  # parse_time_value's _from_int
+            ms = node * 1000 if fmt == "epoch_s" or (fmt == "auto" and node < SECONDS_LIMIT) else node
+            return ms if ms <= MAX_MS else -1
+        if type(node) is str or (any_kind and node is not None and type(node) is not bool):
+            try:
+                return parse_time_value(node, fmt, self._zone)
+            except EventTimeError:
+                return -1
+        return -1  # missing, null, a boolean, a negative int, a float, an object or an array
+
     def _nested_field_times(self, values: Sequence[bytes]) -> list[int]:
         """``_field_times`` for a nested field (``a.b``): each value parsed whole with orjson."""
         loads, decode_error = orjson.loads, orjson.JSONDecodeError
-        path, fmt, zone = self._field_path, self._time_format, self._zone
         times: list[int] = []
-        append = times.append
         for value in values:
             try:
                 node = loads(value)
             except decode_error:
-                append(-1)
+                times.append(-1)
                 continue
-            for part in path:
+            for part in self._field_path:
                 node = node.get(part) if type(node) is dict else None
-            if type(node) is int and node >= 0 and fmt != "iso8601":  # parse_time_value's _from_int
-                ms = node * 1000 if fmt == "epoch_s" or (fmt == "auto" and node < SECONDS_LIMIT) else node
-                append(ms if ms <= MAX_MS else -1)
-            elif node is None or type(node) is bool:
-                append(-1)  # missing, null or a boolean: route() names which
-            else:
-                try:
-                    append(parse_time_value(node, fmt, zone))
-                except EventTimeError:
-                    append(-1)
+            times.append(self._time_of(node, any_kind=True))
         return times
 
     def route(self, record: Record) -> Routed:

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from tidemark.config.model import StreamConfig
 from tidemark.ledger.base import Ledger
-from tidemark.ledger.model import PartitionState
+from tidemark.ledger.model import OpenBuffer, PartitionState
 from tidemark.sources import PartitionId, partition_sort_key
 
 #: how much later than its rule a buffer may still be waiting before the partition is stale
@@ -154,7 +154,7 @@ def partition_status(
     return row
 
 
-def _buffer(buffer: Any, state: str, now_ms: int, detail: str = "") -> BufferStatus:
+def _buffer(buffer: OpenBuffer, state: str, now_ms: int, detail: str = "") -> BufferStatus:
     key = buffer.key
     return BufferStatus(
         key.hour, key.kind, key.folders, buffer.records, buffer.size, buffer.first, buffer.last,
