@@ -96,3 +96,11 @@ class InvalidTransitionError(LedgerError):
 
 class StagingConflictError(TidemarkError):
     """A batch could not be accepted after repeated conflicts; the batch fails and is redelivered."""
+
+
+class SourceUnavailableError(TidemarkError):
+    """The source log cannot be asked (brokers unreachable, no client library)."""
+
+
+class NotRetainedError(TidemarkError):
+    """The source log no longer holds the positions asked for (retention, a recreated topic)."""

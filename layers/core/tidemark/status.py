@@ -33,7 +33,7 @@ COUNTED_LAG = 1_000
 
 class EndOffsets(Protocol):
     """The source's end position of a partition (the next offset a producer's record gets), and
-    how many records it holds in a range (``tidemark.audit.kafka.KafkaProbe``)."""
+    how many records it holds in a range (``tidemark.kafka_log.KafkaLog``)."""
 
     def end_offset(self, partition: PartitionId) -> int: ...
 

@@ -1,6 +1,7 @@
 """``tidemark audit``: prove an archive whole (see ``tidemark.audit.auditor``)."""
 
-from tidemark.audit.auditor import Auditor, SourceProbe, SourceUnavailableError
+from tidemark.audit.auditor import Auditor, SourceProbe
 from tidemark.audit.findings import AuditReport, Finding, PartitionSummary
+from tidemark.exceptions import SourceUnavailableError
 
 __all__ = ["AuditReport", "Auditor", "Finding", "PartitionSummary", "SourceProbe", "SourceUnavailableError"]

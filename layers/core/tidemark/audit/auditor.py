@@ -60,12 +60,8 @@ if TYPE_CHECKING:
 Progress = Callable[[int, int], None]  # (objects read, objects to read)
 
 
-class SourceUnavailableError(TidemarkError):
-    """The source log cannot be asked (brokers unreachable, no client library)."""
-
-
 class SourceProbe(Protocol):
-    """Asks the source log itself (``tidemark.audit.kafka.KafkaProbe``)."""
+    """Asks the source log itself (``tidemark.kafka_log.KafkaLog``)."""
 
     def records_between(self, partition: PartitionId, first: int, last: int) -> int | None:
         """Records the source holds at positions ``first..last``; ``None``: it no longer retains them."""

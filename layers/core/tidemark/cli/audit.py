@@ -57,9 +57,9 @@ def audit(
         with ExitStack() as stack:
             probe = None
             if bootstrap_servers:
-                from tidemark.audit.kafka import KafkaProbe
+                from tidemark.kafka_log import KafkaLog
 
-                probe = stack.enter_context(KafkaProbe(bootstrap_servers, loaded.stream(stream).source.topic))
+                probe = stack.enter_context(KafkaLog(bootstrap_servers, loaded.stream(stream).source.topic))
             auditor = Auditor(loaded, stream, ledger, target.s3(), target.bucket, probe=probe)
             report = auditor.run(from_hour, to_hour, progress=None if as_json else _progress())
     if as_json:

@@ -71,9 +71,9 @@ def status(
             with ExitStack() as stack:
                 source = None
                 if bootstrap_servers and candidate.source.kind != KINESIS:
-                    from tidemark.audit.kafka import KafkaProbe
+                    from tidemark.kafka_log import KafkaLog
 
-                    source = stack.enter_context(KafkaProbe(bootstrap_servers, candidate.source.topic))
+                    source = stack.enter_context(KafkaLog(bootstrap_servers, candidate.source.topic))
                 wanted = partition_ids(partitions or [])
                 if source is not None:
                     wanted += source.partitions()

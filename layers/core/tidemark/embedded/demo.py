@@ -28,7 +28,6 @@ import yaml
 from botocore.exceptions import BotoCoreError, ClientError
 
 from tidemark.audit import Auditor
-from tidemark.audit.kafka import KafkaProbe
 from tidemark.config.loader import ENV_JSON, parse_config
 from tidemark.config.model import StreamConfig, TidemarkConfig
 from tidemark.embedded.aggregation import run_demo_aggregation
@@ -50,6 +49,7 @@ from tidemark.embedded.lambda_runtime import HandlerRef, patched_environ
 from tidemark.embedded.workload import generate
 from tidemark.eventtime import HourBucketer
 from tidemark.exceptions import ConfigError
+from tidemark.kafka_log import KafkaLog
 from tidemark.objects.keys import hour_of_key
 from tidemark.runtime import Runtime
 from tidemark.sources import KAFKA, KINESIS, partition_sort_key
@@ -370,7 +370,7 @@ def run_audit(aws: LocalAws, config: TidemarkConfig, stream: StreamConfig, boots
     with contextlib.ExitStack() as stack:
         probe = None
         if bootstrap is not None:
-            probe = stack.enter_context(KafkaProbe(bootstrap, stream.source.topic))
+            probe = stack.enter_context(KafkaLog(bootstrap, stream.source.topic))
         report = Auditor(config, stream.name, ledger, aws.s3(), aws.bucket, probe=probe).run()
     return {
         "clean": report.clean,

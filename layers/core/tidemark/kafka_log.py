@@ -1,11 +1,12 @@
-"""Ask a Kafka topic whether it holds records in a gap of the archive (``audit --bootstrap-servers``).
+"""Reading a Kafka topic's log itself, for the operator commands (``audit``, ``status``,
+``rearchive``, ``replay``).
 
-Kafka leaves offsets without a record (transaction markers, records compacted away), so a gap
-in the archive is only a loss where the log still holds records in it. The probe reads the
-range itself from the gap's first offset until past its last or the end of the partition,
-counting records rather than trusting the high watermark (some brokers report it loosely).
-An offset below the log's start (retention, deletion) or past its end (a recreated topic)
-cannot be told either way: ``None``.
+Kafka leaves offsets without a record (transaction markers, records compacted away), and some
+brokers report watermarks loosely (the embedded one does), so every answer here comes from
+reading the records, not from the watermarks alone: how many records a range holds, where a
+partition really ends, and the records of a range themselves. An offset below the log's start
+(retention, deletion) or past its end (a recreated topic) is not retained: ``None`` from the
+counting questions, ``NotRetainedError`` from ``records``.
 
 confluent-kafka is imported only here (the ``demo`` extra; not in the Lambda layer).
 """
@@ -16,7 +17,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from tidemark.audit.auditor import SourceUnavailableError
+from tidemark.exceptions import NotRetainedError, SourceUnavailableError
+from tidemark.records.model import Record
 from tidemark.sources import PartitionId
 
 #: how long the first answer of a read may take (a connection, SASL/IAM authentication)
@@ -25,7 +27,7 @@ FIRST_S = 30.0
 IDLE_S = 5.0
 
 
-class KafkaProbe:
+class KafkaLog:
     def __init__(self, bootstrap_servers: str, topic: str, *, settings: dict[str, Any] | None = None) -> None:
         try:
             from confluent_kafka import Consumer
@@ -37,7 +39,7 @@ class KafkaProbe:
         self._consumer = Consumer(
             {
                 "bootstrap.servers": bootstrap_servers,
-                "group.id": "tidemark-audit",  # never subscribes or commits: offsets are assigned
+                "group.id": "tidemark-operator",  # never subscribes or commits: offsets are assigned
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
                 "auto.offset.reset": "error",  # below the log start: not retained, said so
@@ -48,7 +50,7 @@ class KafkaProbe:
     def close(self) -> None:
         self._consumer.close()
 
-    def __enter__(self) -> KafkaProbe:
+    def __enter__(self) -> KafkaLog:
         return self
 
     def __exit__(self, *_: object) -> None:
@@ -92,6 +94,52 @@ class KafkaProbe:
                 found += 1
         return found
 
+    def records(self, partition: PartitionId, first: int, last: int) -> Iterator[Record]:
+        """The records the log holds at offsets ``first..last`` of ``partition``, in order (offsets
+        without a record are skipped, as a consumer skips them). Raises ``NotRetainedError`` when
+        the log no longer holds ``first``: below its start (retention, deletion), or past its end
+        (a recreated or truncated topic)."""
+        start, _end = self._watermarks(partition)
+        if first < start:
+            raise NotRetainedError(
+                f"{self.topic}/{partition}: offset {first} is no longer retained (the log starts at {start})"
+            )
+        end = self.end_offset(partition)
+        if first >= end:
+            raise NotRetainedError(
+                f"{self.topic}/{partition}: offset {first} is past the log's end ({end}): "
+                "the topic was recreated or truncated"
+            )
+        yield from self._messages(partition, first, last)
+
+    def _messages(self, partition: PartitionId, first: int, last: int) -> Iterator[Record]:
+        from confluent_kafka import KafkaError, TopicPartition
+
+        assert isinstance(partition, int)  # _watermarks refused anything else first
+        self._consumer.assign([TopicPartition(self.topic, partition, first)])
+        answered, since = False, time.monotonic()
+        try:
+            while time.monotonic() - since < (IDLE_S if answered else FIRST_S):
+                message = self._consumer.poll(0.2)
+                if message is None:
+                    continue
+                answered, since = True, time.monotonic()
+                error = message.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        return
+                    raise SourceUnavailableError(f"{self.topic}/{partition}: {error.str()}")
+                offset = message.offset()
+                if offset is None or offset < first:
+                    continue
+                if offset > last:
+                    return
+                yield record_of(message)
+        finally:
+            self._consumer.unassign()
+        if not answered:
+            raise SourceUnavailableError(f"{self.topic}/{partition}: no answer within {FIRST_S:.0f}s")
+
     def _watermarks(self, partition: PartitionId) -> tuple[int, int]:
         from confluent_kafka import KafkaException, TopicPartition
 
@@ -130,3 +178,12 @@ class KafkaProbe:
             self._consumer.unassign()
         if not answered:
             raise SourceUnavailableError(f"{self.topic}/{partition}: no answer within {FIRST_S:.0f}s")
+
+
+def record_of(message: Any) -> Record:
+    """A consumed message as the record the event source mapping would have delivered: a null
+    value (a tombstone) or header value reads as ``b""``, as the mapping's adapter reads it."""
+    _kind, timestamp = message.timestamp()
+    headers = tuple((name, data or b"") for name, data in message.headers() or ())
+    value = message.value() or b""
+    return Record(message.topic(), message.partition(), message.offset(), timestamp, value, message.key(), headers)
