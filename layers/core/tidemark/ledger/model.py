@@ -5,6 +5,7 @@ Per (stream, partition) the ledger holds the highest offset durably staged, the 
 flushes (a frozen segment set with its object key). A buffer's life::
 
     (none) --accept--> OPEN --accept--> OPEN --seal--> SEALED --commit--> COMMITTED (object item)
+    SEALED --quarantine--> QUARANTINED (a damaged segment) --rearchive--> COMMITTED (refetched from Kafka)
 
 Every transition returns a new state with ``version + 1``; the ledger writes it only if the
 stored version is still the one it was derived from (the fence of invariant 2).
@@ -309,6 +310,16 @@ class PartitionState:
             sealed=_frozen(sealed),  # type: ignore[arg-type]
             quarantined=_frozen(quarantined),  # type: ignore[arg-type]
         )
+
+    def rearchived(self, flush_id: str, now_ms: int) -> PartitionState:
+        """Forget a QUARANTINED flush whose records were fetched again from the source and are now
+        in S3 (``tidemark rearchive``; the object item is written with it). Its segment files,
+        no longer referenced, are garbage from then on."""
+        if flush_id not in self.quarantined:
+            raise InvalidTransitionError(f"flush {flush_id} is not quarantined")
+        quarantined = dict(self.quarantined)
+        del quarantined[flush_id]
+        return replace(self, version=self.version + 1, updated_ms=now_ms, quarantined=_frozen(quarantined))  # type: ignore[arg-type]
 
     # -- queries ------------------------------------------------------------------------------
 

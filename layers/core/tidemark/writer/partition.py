@@ -17,9 +17,9 @@ from __future__ import annotations
 import logging
 import secrets
 from bisect import bisect_right
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import islice
-from operator import itemgetter, lt
+from operator import attrgetter, itemgetter, lt
 from typing import BinaryIO
 
 from boto3.exceptions import S3UploadFailedError
@@ -30,6 +30,7 @@ from tidemark.clock import Clock
 from tidemark.exceptions import (
     CorruptSegmentError,
     DoubleCommitError,
+    InvalidTransitionError,
     LedgerConflictError,
     LedgerFullError,
     ObjectConflictError,
@@ -71,6 +72,9 @@ logger = logging.getLogger(__name__)
 FORMAT_CHANGED = "format_changed"
 LEDGER_BUDGET = "ledger_budget"  # sealed to make room in the partition's ledger item
 DRAIN = "drain"  # an operator (or the demo's last step) asked for every open buffer to be written now
+REARCHIVE = "rearchive"  # a quarantined flush archived from its records fetched again from the source
+# A rearchive races a live partition: every accepted batch moves the state's version.
+REARCHIVE_ATTEMPTS = 20
 
 # A warm container lists the staging directory (a network round trip on EFS) at most this often
 # per partition; a cold start and every maintenance run always do.
@@ -593,9 +597,9 @@ class PartitionWriter:
         return state
 
     def _commit_recorded(
-        self, flush: SealedFlush, state: PartitionState, committed: CommittedObject, now: int
+        self, state: PartitionState, committed: CommittedObject, settle: Callable[[PartitionState], PartitionState]
     ) -> PartitionState:
-        """The object item of this flush exists although the flush is still sealed: the STATE item
+        """The object item of this flush exists although the flush is still pending: the STATE item
         was restored or recreated behind the ledger's back. The same object (key and bytes, or the
         same records): drop the flush without recording the object twice. Another one: raise
         ``ObjectConflictError``, and the flush is quarantined -- never a wedged partition."""
@@ -616,7 +620,7 @@ class PartitionWriter:
                 f"{committed.first}.. of this partition ({recorded.key if recorded else 'unreadable'})"
             )
         logger.warning("object was already recorded; flush dropped without a second record", extra=self._log)
-        return self._remember(self._ledger.save(state.commit(flush.flush_id, now), state))  # no second object item
+        return self._remember(self._ledger.save(settle(state), state))  # no second object item
 
     def _frames(self, segments: Sequence[SegmentRef]) -> Iterator[Frame]:
         for segment in segments:  # one segment in memory at a time
@@ -626,13 +630,32 @@ class PartitionWriter:
         self, flush: SealedFlush, state: PartitionState, outcome: BatchOutcome, resumed: bool
     ) -> PartitionState:
         buffer = flush.buffer
+        committed = self._upload(flush, lambda: self._frames(buffer.segments), outcome)
+        state, settled = self._settle(
+            flush, state, committed, outcome, lambda current: current.commit(flush.flush_id, committed.committed_ms)
+        )
+        if not settled:
+            return state  # a concurrent writer committed the identical object
+        outcome.flushes.append(self._flushed(flush, committed, resumed))
+        for index, segment in enumerate(buffer.segments):
+            self._staging.delete(self.stream.name, self.partition, segment.name)
+            if index == 0:
+                self._crash.hit(DURING_CLEANUP)
+        return state
+
+    def _upload(
+        self, flush: SealedFlush, frames: Callable[[], Iterator[Frame]], outcome: BatchOutcome
+    ) -> CommittedObject:
+        """Render ``frames`` (the flush's records) with the buffer's own spec and upload them
+        conditionally under the flush's key; the object item to record."""
+        buffer = flush.buffer
         fmt, spec = self.stream.format_of(buffer)
         context = spec.context(self.partition, flush.object_key)
 
         content = ContentDigest()
 
         def render(out: BinaryIO) -> int:
-            return fmt.write(content.wrap(self._frames(buffer.segments)), context, out)
+            return fmt.write(content.wrap(frames()), context, out)
 
         uploaded = self._objects.put(
             flush.object_key,
@@ -651,8 +674,7 @@ class PartitionWriter:
                 extra={**self._log, "key": flush.object_key, "sha256": uploaded.sha256},
             )
         self._crash.hit(AFTER_UPLOAD)
-        now = self._clock.now_ms()
-        committed = CommittedObject(
+        return CommittedObject(
             stream=self.stream.name,
             partition=self.partition,
             kind=buffer.key.kind,
@@ -663,45 +685,90 @@ class PartitionWriter:
             records=uploaded.records,
             size=uploaded.size,
             sha256=uploaded.sha256,
-            committed_ms=now,
+            committed_ms=self._clock.now_ms(),
             epoch=epoch_of_key(flush.object_key),
             content_sha256=uploaded.content_sha256,
         )
-        for _attempt in range(self.stream.archive.max_accept_attempts):
+
+    def _settle(
+        self,
+        flush: SealedFlush,
+        state: PartitionState,
+        committed: CommittedObject,
+        outcome: BatchOutcome,
+        settle: Callable[[PartitionState], PartitionState],
+        *,
+        held: Callable[[PartitionState], Mapping[str, object]] = attrgetter("sealed"),
+        attempts: int | None = None,
+    ) -> tuple[PartitionState, bool]:
+        """One transaction: the object item, and the state ``settle`` makes (the flush dropped
+        from where ``held`` finds it: SEALED, or QUARANTINED for a rearchive). ``(state, False)``
+        when a concurrent run settled the flush first."""
+        for _attempt in range(attempts or self.stream.archive.max_accept_attempts):
             try:
-                state = self._remember(self._ledger.commit(state.commit(flush.flush_id, now), state, committed))
+                state = self._remember(self._ledger.commit(settle(state), state, committed))
                 break
             except DoubleCommitError:
-                state = self._commit_recorded(flush, state, committed, now)
+                state = self._commit_recorded(state, committed, settle)
                 break
             except LedgerConflictError:
                 outcome.conflicts += 1
                 state = self._load()
-                if flush.flush_id not in state.sealed:
-                    return state  # a concurrent writer committed the identical object
+                if flush.flush_id not in held(state):
+                    return state, False
         else:
             raise LedgerConflictError(f"{flush.object_key}: commit kept losing to concurrent writers")
         self._crash.hit(AFTER_COMMIT)
-        outcome.flushes.append(
-            FlushOutcome(
-                stream=self.stream.name,
-                partition=self.partition,
-                key=flush.object_key,
-                kind=buffer.key.kind,
-                hour=buffer.key.hour,
-                reason=flush.reason,
-                records=uploaded.records,
-                size=uploaded.size,
-                latency_ms=max(now - flush.sealed_ms, 0),
-                resumed=resumed,
-            )
-        )
         logger.info(
             "committed object",
-            extra={**self._log, "key": flush.object_key, "records": uploaded.records, "reason": flush.reason},
+            extra={**self._log, "key": flush.object_key, "records": committed.records, "reason": flush.reason},
         )
-        for index, segment in enumerate(buffer.segments):
-            self._staging.delete(self.stream.name, self.partition, segment.name)
-            if index == 0:
-                self._crash.hit(DURING_CLEANUP)
-        return state
+        return state, True
+
+    def _flushed(self, flush: SealedFlush, committed: CommittedObject, resumed: bool, reason: str = "") -> FlushOutcome:
+        return FlushOutcome(
+            stream=self.stream.name,
+            partition=self.partition,
+            key=flush.object_key,
+            kind=committed.kind,
+            hour=committed.hour,
+            reason=reason or flush.reason,
+            records=committed.records,
+            size=committed.size,
+            latency_ms=max(committed.committed_ms - flush.sealed_ms, 0),
+            resumed=resumed,
+        )
+
+    # -- rearchive ----------------------------------------------------------------------------
+
+    def rearchive(self, flush_id: str, frames: Callable[[], Iterator[Frame]]) -> FlushOutcome | None:
+        """Archive a QUARANTINED flush from its records fetched again from the source
+        (``tidemark rearchive``): ``frames`` must yield exactly the flush's records, as staging
+        held them. They are rendered with the buffer's own spec and uploaded conditionally under
+        the flush's own key -- the object it would have had -- and one transaction records the
+        object and drops the quarantine entry, as a commit does for a SEALED flush. A rerun after
+        a crash finds its own object (412, same SHA-256) and finishes; ``None`` when a concurrent
+        rearchive finished first. Needs no staging mount: the damaged segments, no longer
+        referenced, are garbage for the next archiver run or sweep."""
+        state = self._load()
+        quarantined = state.quarantined.get(flush_id)
+        if quarantined is None:
+            raise InvalidTransitionError(f"{self.stream.name}/{self.partition}: flush {flush_id} is not quarantined")
+        flush, outcome = quarantined.flush, BatchOutcome()
+        committed = self._upload(flush, frames, outcome)
+        state, settled = self._settle(
+            flush,
+            state,
+            committed,
+            outcome,
+            lambda current: current.rearchived(flush_id, committed.committed_ms),
+            held=attrgetter("quarantined"),
+            attempts=REARCHIVE_ATTEMPTS,
+        )
+        if not settled:
+            return None
+        logger.warning(
+            "quarantined flush rearchived from the source",
+            extra={**self._log, "flush": flush_id, "key": flush.object_key, "records": committed.records},
+        )
+        return self._flushed(flush, committed, resumed=False, reason=REARCHIVE)
