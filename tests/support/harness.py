@@ -42,13 +42,28 @@ def small_config(
     format: dict[str, Any] | None = None,
     partition_by: dict[str, Any] | None = None,
     kind: str = KAFKA,
+    topic: str | None = None,
     **flush: Any,
 ) -> TidemarkConfig:
     """The example config with small flush limits, so seals and uploads happen constantly
-    (and, if given, another ``format`` and ``partition_by``; ``kind="kinesis"``: the Kinesis
-    stream of the sample events instead of the MSK topic)."""
+    (and, if given, another ``format``, ``partition_by`` and Kafka ``topic``; ``kind="kinesis"``:
+    the Kinesis stream of the sample events instead of the MSK topic)."""
+    return parse_config(small_config_data(format=format, partition_by=partition_by, kind=kind, topic=topic, **flush))
+
+
+def small_config_data(
+    *,
+    format: dict[str, Any] | None = None,
+    partition_by: dict[str, Any] | None = None,
+    kind: str = KAFKA,
+    topic: str | None = None,
+    **flush: Any,
+) -> dict[str, Any]:
+    """``small_config`` as the YAML document's data (for a command given a config file)."""
     data = example_config_data()
     stream = data["streams"][0]
+    if topic is not None:
+        stream["source"]["topic"] = topic
     if kind == KINESIS:
         stream["source"] = {"kind": KINESIS, "stream_arn": KINESIS_STREAM_ARN}
     stream["flush"] = {"max_records": 50, "max_bytes": "1MiB", "max_age": "15m", **flush}
@@ -56,7 +71,7 @@ def small_config(
         stream["format"] = format
     if partition_by is not None:
         stream["partition_by"] = partition_by
-    return parse_config(data)
+    return data
 
 
 #: the formats the fault-injection suite runs under besides the default (gzip JSON Lines)

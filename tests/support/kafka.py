@@ -58,3 +58,27 @@ def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -
         return {tp.partition: tp.offset for tp in found}
     finally:
         probe.close()
+
+
+def produce_records(bootstrap: str, records: list[Record]) -> list[int]:
+    """Produce ``records`` (key, value, headers, timestamp) to their topic and partition, in order;
+    the offsets the broker gave them."""
+    producer = Producer(client_settings(bootstrap, **{"enable.idempotence": True, "linger.ms": 5}))
+    offsets: list[int] = []
+
+    def on_delivery(error, message) -> None:
+        assert error is None, error
+        offsets.append(message.offset())
+
+    for record in records:
+        producer.produce(
+            record.topic,
+            record.value,
+            record.key,
+            partition=record.partition,
+            timestamp=record.timestamp_ms,
+            headers=list(record.headers),
+            on_delivery=on_delivery,
+        )
+    assert producer.flush(30) == 0
+    return offsets

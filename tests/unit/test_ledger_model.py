@@ -244,6 +244,11 @@ def test_quarantine_sets_a_sealed_flush_aside_and_keeps_its_segments_referenced(
         held.quarantine(flush_id, "again", T0 + 3)
     with pytest.raises(InvalidTransitionError):
         held.commit(flush_id, T0 + 3)
+    with pytest.raises(InvalidTransitionError, match="not quarantined"):
+        state.rearchived(flush_id, T0 + 3)  # a SEALED flush is committed, never "rearchived"
+    rearchived = held.rearchived(flush_id, T0 + 4)  # tidemark rearchive: its object is in S3 now
+    assert (rearchived.version, dict(rearchived.quarantined), rearchived.updated_ms) == (held.version + 1, {}, T0 + 4)
+    assert rearchived.referenced_segments() == set() and not rearchived.holds_hour("2025-11-21T08")
 
 
 def test_a_buffer_is_only_appended_to_under_the_format_it_was_opened_with() -> None:

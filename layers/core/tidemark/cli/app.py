@@ -15,6 +15,7 @@ from tidemark.cli import epoch
 from tidemark.cli.audit import audit
 from tidemark.cli.demo import demo
 from tidemark.cli.invoke import invoke
+from tidemark.cli.rearchive import rearchive
 from tidemark.cli.status import status
 
 app = typer.Typer(
@@ -31,6 +32,7 @@ app.command()(invoke)
 app.add_typer(epoch.app, name="epoch")
 app.command()(audit)
 app.command()(status)
+app.command()(rearchive)
 
 
 def _terminate(_signum: int, _frame: FrameType | None) -> None:

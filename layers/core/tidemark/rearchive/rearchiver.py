@@ -1,0 +1,108 @@
+"""``tidemark rearchive``: archive a quarantined flush exactly once from its records in Kafka.
+
+A flush is quarantined when one of its accepted segments turned out damaged (see DESIGN.md, "A
+damaged accepted segment"): nothing of it was uploaded, and the ledger keeps its offsets, object
+key and render spec. Rearchiving it::
+
+    state := ledger.load (consistent)
+    for each quarantined flush wholly in the range:           # a range cutting one: refused
+      refuse unless the flush is of the partition's current epoch (its offsets name this log)
+      frames := per segment: fetch its offsets from Kafka, route, keep the buffer's records,
+                check count, first, last and fingerprints against the ledger   # else refused
+      upload frames rendered with the buffer's spec under the flush's own key (If-None-Match)
+        412, same SHA-256: our own upload before a crash; same records: adopted; else refused
+      transact([put state.rearchived(flush) if version matches, put object item if absent])
+        on conflict (the partition is live): reload, retry while the flush is still quarantined
+
+A crash anywhere leaves either nothing (run it again), or the object in S3 and the flush still
+quarantined (the rerun finds its own object and commits), or the commit done (the rerun says
+there is nothing left to rearchive). The damaged segments, unreferenced from the commit on, are
+deleted by the next archiver run or sweep (garbage collection); the command needs no staging
+mount.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tidemark.ledger.base import Ledger
+from tidemark.objects.keys import epoch_of_key
+from tidemark.rearchive.exceptions import RefetchMismatchError, UnsupportedSourceError
+from tidemark.rearchive.plan import describe, flushes_in_range
+from tidemark.rearchive.refetch import RecordSource, RefetchedFlush
+from tidemark.sources import KINESIS, PartitionId
+from tidemark.writer.partition import PartitionWriter
+
+__all__ = ["RearchiveReport", "RearchivedFlush", "Rearchiver", "RecordSource"]
+
+
+@dataclass(frozen=True, slots=True)
+class RearchivedFlush:
+    flush_id: str
+    key: str
+    first: int
+    last: int
+    records: int
+    size: int
+    by_another_run: bool = False  # a concurrent rearchive committed it first
+
+
+@dataclass
+class RearchiveReport:
+    stream: str
+    partition: PartitionId
+    first: int
+    last: int
+    flushes: list[RearchivedFlush] = field(default_factory=list)
+
+    @property
+    def records(self) -> int:
+        return sum(flush.records for flush in self.flushes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "stream": self.stream,
+            "partition": self.partition,
+            "from_offset": self.first,
+            "to_offset": self.last,
+            "records": self.records,
+            "flushes": [asdict(flush) for flush in self.flushes],
+        }
+
+
+class Rearchiver:
+    def __init__(self, writer: PartitionWriter, ledger: Ledger, source: RecordSource) -> None:
+        self._writer = writer
+        self._ledger = ledger
+        self._source = source
+
+    def run(self, first: int, last: int) -> RearchiveReport:
+        """Rearchive every quarantined flush of the writer's partition in offsets ``first..last``."""
+        stream, partition = self._writer.stream, self._writer.partition
+        if stream.config.source.shape.kind == KINESIS:
+            raise UnsupportedSourceError(
+                f"{stream.name}: rearchive reads Kafka; a Kinesis shard's range cannot be read again by offset here"
+            )
+        state = self._ledger.load(stream.name, partition)
+        report = RearchiveReport(stream.name, partition, first, last)
+        for held in flushes_in_range(state, first, last):
+            flush = held.flush
+            epoch = epoch_of_key(flush.object_key)
+            if epoch != state.epoch:
+                raise RefetchMismatchError(
+                    f"{describe(held)} belongs to epoch {epoch}, and the partition is in epoch {state.epoch} now: "
+                    "its offsets name records of another log"
+                )
+            frames = RefetchedFlush(stream, partition, flush, self._source, dict(state.fingerprints))
+            done = self._writer.rearchive(flush.flush_id, frames)
+            buffer = flush.buffer
+            if done is None:
+                report.flushes.append(
+                    RearchivedFlush(flush.flush_id, flush.object_key, buffer.first, buffer.last, 0, 0, True)
+                )
+            else:
+                report.flushes.append(
+                    RearchivedFlush(flush.flush_id, done.key, buffer.first, buffer.last, done.records, done.size)
+                )
+        return report

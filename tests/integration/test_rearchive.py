@@ -1,0 +1,209 @@
+"""``tidemark rearchive`` against the embedded broker and the moto server: a flush quarantined by a
+damaged segment is archived again from Kafka, exactly once, also across crashes and while the
+partition keeps archiving; and it is refused -- with nothing changed -- where Kafka no longer
+holds the range or holds other records there."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from tests.support.harness import (
+    EsmModel,
+    RunOtherAt,
+    assert_exactly_once,
+    damage_first_segment,
+    finish,
+    small_config,
+    staged_files,
+)
+from tests.support.kafka import produce_records
+from tests.support.workload import make_orders
+from tidemark.audit import Auditor
+from tidemark.config import TidemarkConfig
+from tidemark.embedded.workload import ensure_topic, recreate_topic
+from tidemark.exceptions import NotRetainedError
+from tidemark.faults import AFTER_COMMIT, AFTER_UPLOAD, BEFORE_UPLOAD, SimulatedCrash
+from tidemark.kafka_log import KafkaLog
+from tidemark.ledger.model import PartitionState, QuarantinedFlush
+from tidemark.rearchive import NothingToRearchiveError, RangeSplitsFlushError, Rearchiver, RefetchMismatchError
+from tidemark.records.model import Record
+from tidemark.sources import PartitionId
+
+
+class CrashAt:
+    def __init__(self, point: str) -> None:
+        self.point = point
+
+    def hit(self, name: str) -> None:
+        if name == self.point:
+            raise SimulatedCrash(name)
+
+
+@dataclass
+class Quarantined:
+    config: TidemarkConfig
+    esm: EsmModel
+    topic: str
+    held: QuarantinedFlush
+    state: PartitionState
+
+
+def quarantine(archive, bootstrap: str, *, records: int = 60, first_batch: int = 60) -> Quarantined:
+    """Orders produced to a new topic, ``first_batch`` of them archived (30 per batch), the main
+    raw buffer's first segment damaged and its flush quarantined by maintenance past max age."""
+    topic = f"rearchive-{uuid.uuid4().hex[:8]}"
+    ensure_topic(bootstrap, topic, 1)
+    config = small_config(max_records=10_000, topic=topic)
+    workload = make_orders(partitions=1, per_partition=records, hours=1, seed=5, topic=topic)
+    assert produce_records(bootstrap, workload.records[0]) == [record.offset for record in workload.records[0]]
+    esm = EsmModel(workload, lambda crash: archive.runtime(config, crash))
+    for _batch in range(first_batch // 30):  # two accepts: a buffer of two segments
+        assert esm.deliver(esm.batch(0, 30))
+    runtime = archive.runtime(config)
+    raw = [buffer for buffer in runtime.ledger.load("orders", 0).buffers.values() if buffer.key.kind == "raw"]
+    hour = max(raw, key=lambda buffer: buffer.records).key.hour  # the hour's main buffer, not a late one
+    damage_first_segment(archive, runtime, 0, hour)
+    archive.clock.advance(minutes=31)
+    runtime.writer(config.streams[0], 0).maintain()
+    state = runtime.ledger.load("orders", 0)
+    [held] = state.quarantined.values()
+    return Quarantined(config, esm, topic, held, state)
+
+
+def rearchiver(archive, setup: Quarantined, source, crash=None) -> Rearchiver:
+    runtime = archive.runtime(setup.config, crash)
+    return Rearchiver(runtime.writer(setup.config.streams[0], 0), runtime.ledger, source)
+
+
+def audit_clean(archive, setup: Quarantined, bootstrap: str) -> None:
+    runtime = archive.runtime(setup.config)
+    with KafkaLog(bootstrap, setup.topic) as log:
+        report = Auditor(setup.config, "orders", runtime.ledger, archive.s3, archive.bucket, probe=log).run()
+    assert [finding.line() for finding in report.findings] == []
+    assert report.clean and report.records == len(setup.esm.workload.expected)
+
+
+def objects(archive) -> list[str]:
+    listed = archive.s3.list_objects_v2(Bucket=archive.bucket, Prefix="raw/").get("Contents", [])
+    return sorted(item["Key"] for item in listed)
+
+
+def test_a_quarantined_flush_is_archived_once_from_kafka_and_the_audit_is_clean(archive, kafka_bootstrap):
+    setup = quarantine(archive, kafka_bootstrap)
+    buffer = setup.held.flush.buffer
+    before = objects(archive)
+    with KafkaLog(kafka_bootstrap, setup.topic) as log:
+        report = rearchiver(archive, setup, log).run(0, 59)
+    [done] = report.flushes
+    assert (done.flush_id, done.key, done.first, done.last) == (
+        setup.held.flush.flush_id,
+        setup.held.flush.object_key,
+        buffer.first,
+        buffer.last,
+    )
+    assert done.records == buffer.records and not done.by_another_run
+    assert objects(archive) == sorted([*before, setup.held.flush.object_key])
+    runtime = archive.runtime(setup.config)
+    assert runtime.ledger.load("orders", 0).quarantined == {}
+    finish(archive, setup.config, setup.esm)  # the rest of the partition, as the archiver would
+    assert_exactly_once(archive, setup.config, setup.esm)
+    audit_clean(archive, setup, kafka_bootstrap)
+    assert staged_files(archive) == set()  # the damaged segments were garbage once unreferenced
+
+    with KafkaLog(kafka_bootstrap, setup.topic) as log, pytest.raises(NothingToRearchiveError, match="none"):
+        rearchiver(archive, setup, log).run(0, 59)  # a rerun: nothing left, nothing written
+
+
+@pytest.mark.parametrize("point", [BEFORE_UPLOAD, AFTER_UPLOAD, AFTER_COMMIT])
+def test_a_rearchive_that_crashed_is_finished_by_running_it_again(archive, kafka_bootstrap, point):
+    setup = quarantine(archive, kafka_bootstrap)
+    with KafkaLog(kafka_bootstrap, setup.topic) as log:
+        with pytest.raises(SimulatedCrash):
+            rearchiver(archive, setup, log, CrashAt(point)).run(0, 59)
+        if point == AFTER_COMMIT:
+            with pytest.raises(NothingToRearchiveError):
+                rearchiver(archive, setup, log).run(0, 59)
+        else:
+            [done] = rearchiver(archive, setup, log).run(0, 59).flushes
+            assert done.records == setup.held.flush.buffer.records
+    versions = archive.s3.list_object_versions(Bucket=archive.bucket, Prefix=setup.held.flush.object_key)
+    assert len(versions.get("Versions", [])) == 1  # uploaded once, never overwritten
+    finish(archive, setup.config, setup.esm)
+    assert_exactly_once(archive, setup.config, setup.esm)
+    audit_clean(archive, setup, kafka_bootstrap)
+
+
+def test_a_rearchive_commits_while_the_partition_keeps_archiving(archive, kafka_bootstrap):
+    setup = quarantine(archive, kafka_bootstrap, records=90, first_batch=60)
+    more = setup.esm.batch(0, 30)
+    archiving = RunOtherAt(AFTER_UPLOAD, lambda: setup.esm.deliver(more))  # moves the state's version
+    with KafkaLog(kafka_bootstrap, setup.topic) as log:
+        [done] = rearchiver(archive, setup, log, archiving).run(0, 59).flushes
+    assert archiving.fired and done.records == setup.held.flush.buffer.records
+    state = archive.runtime(setup.config).ledger.load("orders", 0)
+    assert state.staged_offset == 89 and state.quarantined == {}
+    finish(archive, setup.config, setup.esm)
+    assert_exactly_once(archive, setup.config, setup.esm)
+    audit_clean(archive, setup, kafka_bootstrap)
+
+
+class Tampered:
+    """The broker's records with one changed: a compaction gap (``drop``) or other bytes."""
+
+    def __init__(
+        self, log: KafkaLog, *, drop: int | None = None, rewrite: int | None = None, rekey: int | None = None
+    ) -> None:
+        self.log, self.drop, self.rewrite, self.rekey = log, drop, rewrite, rekey
+
+    def records(self, partition: PartitionId, first: int, last: int) -> Iterator[Record]:
+        for record in self.log.records(partition, first, last):
+            if record.offset == self.drop:
+                continue
+            if record.offset == self.rewrite:
+                record = record._replace(value=b'{"x":1}')
+            yield record._replace(key=b"another key") if record.offset == self.rekey else record
+
+
+def assert_unchanged(archive, setup: Quarantined, before: list[str]) -> None:
+    state = archive.runtime(setup.config).ledger.load("orders", 0)
+    assert list(state.quarantined) == [setup.held.flush.flush_id]
+    assert objects(archive) == before
+
+
+def test_a_compaction_gap_or_other_bytes_are_refused_and_nothing_changes(archive, kafka_bootstrap):
+    setup = quarantine(archive, kafka_bootstrap)
+    buffer = setup.held.flush.buffer
+    before = objects(archive)
+    inner = buffer.first + 1
+    assert buffer.records > 2
+    with KafkaLog(kafka_bootstrap, setup.topic) as log:
+        with pytest.raises(RefetchMismatchError, match="compacted or deleted"):
+            rearchiver(archive, setup, Tampered(log, drop=buffer.last)).run(0, 59)
+        assert_unchanged(archive, setup, before)
+        # a record that no longer routes to the buffer (no event time: a dead letter now)
+        with pytest.raises(RefetchMismatchError, match="were staged"):
+            rearchiver(archive, setup, Tampered(log, rewrite=buffer.first)).run(0, 59)
+        assert_unchanged(archive, setup, before)
+        # other bytes that route the same: the ledger's fingerprint of a batch's last record names them
+        marked = [offset for offset, _crc in setup.state.fingerprints if buffer.first <= offset <= buffer.last]
+        with pytest.raises(RefetchMismatchError, match=f"offset {marked[-1]}: the source holds another record"):
+            rearchiver(archive, setup, Tampered(log, rekey=marked[-1])).run(0, 59)
+        assert_unchanged(archive, setup, before)
+        with pytest.raises(RangeSplitsFlushError, match=f"--from-offset {buffer.first}"):
+            rearchiver(archive, setup, log).run(inner, 59)
+        with pytest.raises(NothingToRearchiveError, match=setup.held.flush.flush_id):
+            rearchiver(archive, setup, log).run(buffer.last + 1, buffer.last + 5)
+        assert_unchanged(archive, setup, before)
+
+
+def test_a_recreated_topic_no_longer_holds_the_range(archive, kafka_bootstrap):
+    setup = quarantine(archive, kafka_bootstrap)
+    before = objects(archive)
+    recreate_topic(kafka_bootstrap, setup.topic, 1)
+    with KafkaLog(kafka_bootstrap, setup.topic) as log, pytest.raises(NotRetainedError, match="past the log's end"):
+        rearchiver(archive, setup, log).run(0, 59)
+    assert_unchanged(archive, setup, before)
