@@ -113,32 +113,12 @@ class KafkaLog:
         yield from self._messages(partition, first, last)
 
     def _messages(self, partition: PartitionId, first: int, last: int) -> Iterator[Record]:
-        from confluent_kafka import KafkaError, TopicPartition
-
-        assert isinstance(partition, int)  # _watermarks refused anything else first
-        self._consumer.assign([TopicPartition(self.topic, partition, first)])
-        answered, since = False, time.monotonic()
-        try:
-            while time.monotonic() - since < (IDLE_S if answered else FIRST_S):
-                message = self._consumer.poll(0.2)
-                if message is None:
-                    continue
-                answered, since = True, time.monotonic()
-                error = message.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        return
-                    raise SourceUnavailableError(f"{self.topic}/{partition}: {error.str()}")
-                offset = message.offset()
-                if offset is None or offset < first:
-                    continue
-                if offset > last:
-                    return
+        for message in self._poll(partition, first):
+            offset = message.offset()
+            if message.error() is not None or offset > last:
+                return
+            if offset >= first:
                 yield record_of(message)
-        finally:
-            self._consumer.unassign()
-        if not answered:
-            raise SourceUnavailableError(f"{self.topic}/{partition}: no answer within {FIRST_S:.0f}s")
 
     def _watermarks(self, partition: PartitionId) -> tuple[int, int]:
         from confluent_kafka import KafkaException, TopicPartition
@@ -153,8 +133,19 @@ class KafkaLog:
 
     def _read(self, partition: PartitionId, start: int) -> Iterator[tuple[int, bool]]:
         """``(offset, False)`` per record from ``start`` on, then ``(end offset, True)`` at the
-        partition's end. The first answer may take ``FIRST_S`` (a connection, authentication);
-        after it, ``IDLE_S`` without one ends the read as if at the end."""
+        partition's end."""
+        for message in self._poll(partition, start):
+            offset = message.offset()
+            if message.error() is not None:
+                yield (start if offset is None else offset), True
+                return
+            if offset is not None:
+                yield offset, False
+
+    def _poll(self, partition: PartitionId, start: int) -> Iterator[Any]:
+        """Every message from ``start`` on, and last the partition-EOF event at its end. The first
+        answer may take ``FIRST_S`` (a connection, authentication); after it, ``IDLE_S`` without
+        one ends the read as if at the end."""
         from confluent_kafka import KafkaError, TopicPartition
 
         assert isinstance(partition, int)  # _watermarks refused anything else first
@@ -166,14 +157,12 @@ class KafkaLog:
                 if message is None:
                     continue
                 answered, since = True, time.monotonic()
-                error, offset = message.error(), message.offset()
+                error = message.error()
+                if error is not None and error.code() != KafkaError._PARTITION_EOF:
+                    raise SourceUnavailableError(f"{self.topic}/{partition}: {error.str()}")
+                yield message
                 if error is not None:
-                    if error.code() != KafkaError._PARTITION_EOF:
-                        raise SourceUnavailableError(f"{self.topic}/{partition}: {error.str()}")
-                    yield (start if offset is None else offset), True
                     return
-                if offset is not None:
-                    yield offset, False
         finally:
             self._consumer.unassign()
         if not answered:

@@ -10,23 +10,31 @@ import json
 import sys
 from collections.abc import Callable
 from contextlib import ExitStack
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from tidemark.audit import Auditor, AuditReport
 from tidemark.cli.errors import EXIT_FAILED, one_line_errors
-from tidemark.cli.target import BucketOption, EndpointOption, StackOption, TableOption, resolve
-from tidemark.config.loader import load_config
+from tidemark.cli.target import (
+    DEFAULT_CONFIG,
+    BucketOption,
+    ConfigOption,
+    EndpointOption,
+    StackOption,
+    StreamOption,
+    TableOption,
+    load_streams,
+    resolve,
+)
 from tidemark.exceptions import ConfigError
 from tidemark.ledger.dynamodb import DynamoDBLedger
 from tidemark.names import HOUR, matches
 
 
 def audit(
-    stream: Annotated[str, typer.Option(help="The stream, as named in the configuration.")],
-    config: Annotated[Path, typer.Option(help="Stream configuration.")] = Path("config/tidemark.yaml"),
+    stream: StreamOption,
+    config: ConfigOption = DEFAULT_CONFIG,
     from_hour: Annotated[
         str | None, typer.Option("--from", help="First event hour to audit, e.g. 2026-11-21T07 (default: the first).")
     ] = None,
@@ -48,10 +56,7 @@ def audit(
         for name, hour in (("--from", from_hour), ("--to", to_hour)):
             if hour is not None and not matches(HOUR, hour):
                 raise ConfigError(f"{name} {hour!r}: an event hour looks like 2026-11-21T07")
-        loaded = load_config(config)
-        names = [candidate.name for candidate in loaded.streams]
-        if stream not in names:
-            raise ConfigError(f"--stream {stream!r}: not in {config} (streams: {', '.join(names)})")
+        loaded = load_streams(config, stream)
         target = resolve(stack_name, bucket, ledger_table, endpoint_url)
         ledger = DynamoDBLedger(target.table, client=target.dynamodb())
         with ExitStack() as stack:

@@ -7,29 +7,37 @@ from __future__ import annotations
 
 import json
 import tempfile
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from tidemark.cli.errors import one_line_errors
-from tidemark.cli.target import BucketOption, EndpointOption, StackOption, TableOption, partition_ids, resolve
-from tidemark.config.loader import load_config
-from tidemark.exceptions import ConfigError
+from tidemark.cli.target import (
+    DEFAULT_CONFIG,
+    BucketOption,
+    ConfigOption,
+    EndpointOption,
+    StackOption,
+    StreamOption,
+    TableOption,
+    load_streams,
+    partition_ids,
+    resolve,
+)
 from tidemark.kafka_log import KafkaLog
 from tidemark.rearchive import Rearchiver, RearchiveReport
 from tidemark.runtime import Runtime
 
 
 def rearchive(
-    stream: Annotated[str, typer.Option(help="The stream, as named in the configuration.")],
+    stream: StreamOption,
     partition: Annotated[str, typer.Option("--partition", "-p", help="The Kafka partition of the quarantined flush.")],
     from_offset: Annotated[
         int, typer.Option(min=0, help="First offset of the range: every quarantined flush wholly inside is rearchived.")
     ],
     to_offset: Annotated[int, typer.Option(min=0, help="Last offset of the range (inclusive).")],
     bootstrap_servers: Annotated[str, typer.Option(help="Kafka brokers to fetch the range from again.")],
-    config: Annotated[Path, typer.Option(help="Stream configuration.")] = Path("config/tidemark.yaml"),
+    config: ConfigOption = DEFAULT_CONFIG,
     stack_name: StackOption = None,
     bucket: BucketOption = None,
     ledger_table: TableOption = None,
@@ -41,10 +49,7 @@ def rearchive(
     clear the quarantine entry -- exactly once, safe to rerun. Refused when Kafka no longer holds
     the range, or holds other records there."""
     with one_line_errors():
-        loaded = load_config(config)
-        names = [candidate.name for candidate in loaded.streams]
-        if stream not in names:
-            raise ConfigError(f"--stream {stream!r}: not in {config} (streams: {', '.join(names)})")
+        loaded = load_streams(config, stream)
         [partition_id] = partition_ids([partition])
         target = resolve(stack_name, bucket, ledger_table, endpoint_url)
         with tempfile.TemporaryDirectory(prefix="tidemark-rearchive-") as scratch:

@@ -6,15 +6,22 @@ from __future__ import annotations
 import json
 import time
 from contextlib import ExitStack
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from tidemark.cli.errors import EXIT_FAILED, one_line_errors
-from tidemark.cli.target import BucketOption, EndpointOption, StackOption, TableOption, partition_ids, resolve
-from tidemark.config.loader import load_config
-from tidemark.exceptions import ConfigError
+from tidemark.cli.target import (
+    DEFAULT_CONFIG,
+    BucketOption,
+    ConfigOption,
+    EndpointOption,
+    StackOption,
+    TableOption,
+    load_streams,
+    partition_ids,
+    resolve,
+)
 from tidemark.ledger.dynamodb import DynamoDBLedger
 from tidemark.sources import KINESIS
 from tidemark.status import DEFAULT_GRACE_MS, StreamStatus, stream_status
@@ -22,7 +29,7 @@ from tidemark.status import DEFAULT_GRACE_MS, StreamStatus, stream_status
 
 def status(
     stream: Annotated[str | None, typer.Option(help="One stream (default: every stream of the configuration).")] = None,
-    config: Annotated[Path, typer.Option(help="Stream configuration.")] = Path("config/tidemark.yaml"),
+    config: ConfigOption = DEFAULT_CONFIG,
     bootstrap_servers: Annotated[
         str | None, typer.Option(help="Kafka brokers: adds each partition's end offset and lag.")
     ] = None,
@@ -53,10 +60,7 @@ def status(
     bytes, age), sealed and quarantined flushes, and -- with --bootstrap-servers -- Kafka's end
     offset and the lag. Stale partitions are flagged."""
     with one_line_errors():
-        loaded = load_config(config)
-        names = [candidate.name for candidate in loaded.streams]
-        if stream is not None and stream not in names:
-            raise ConfigError(f"--stream {stream!r}: not in {config} (streams: {', '.join(names)})")
+        loaded = load_streams(config, stream)
         target = resolve(stack_name, bucket, ledger_table, endpoint_url, needs_bucket=False)
         ledger = DynamoDBLedger(target.table, client=target.dynamodb())
         now_ms = int(time.time() * 1000)

@@ -10,19 +10,25 @@ the embedded stack's moto server.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any
 
 import boto3
 import typer
 from botocore.exceptions import BotoCoreError, ClientError
 
+from tidemark.config.loader import load_config
+from tidemark.config.model import TidemarkConfig
 from tidemark.exceptions import ConfigError
 from tidemark.runtime import ENV_BUCKET, ENV_LEDGER_TABLE
 from tidemark.sources import PartitionId, partition_of_text
 
+DEFAULT_CONFIG = Path("config/tidemark.yaml")
 BUCKET_OUTPUT = "ArchiveBucketName"
 TABLE_OUTPUT = "LedgerTableName"
 
+StreamOption = Annotated[str, typer.Option(help="The stream, as named in the configuration.")]
+ConfigOption = Annotated[Path, typer.Option(help="Stream configuration.")]
 StackOption = Annotated[
     str | None, typer.Option("--stack-name", help="Read the bucket and ledger table from this stack's outputs.")
 ]
@@ -90,3 +96,14 @@ def partition_ids(given: list[str]) -> list[PartitionId]:
         return [partition_of_text(text) for text in given]
     except ValueError as exc:
         raise ConfigError(f"--partition: {exc} (a partition number, or a Kinesis shard id)") from None
+
+
+def load_streams(config: Path, *streams: str | None) -> TidemarkConfig:
+    """The configuration at ``config``; a ``ConfigError`` naming the streams it has when one of
+    ``streams`` (``--stream`` values; ``None``: not given) is not among them."""
+    loaded = load_config(config)
+    names = [candidate.name for candidate in loaded.streams]
+    for stream in streams:
+        if stream is not None and stream not in names:
+            raise ConfigError(f"--stream {stream!r}: not in {config} (streams: {', '.join(names)})")
+    return loaded
