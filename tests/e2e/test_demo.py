@@ -76,6 +76,31 @@ def read_topic(bootstrap: str, topic: str) -> list[ExpectedRecord]:
     return [ExpectedRecord(p, o, value, expected_hour(value), meta) for (p, o), (value, meta) in sorted(found.items())]
 
 
+def assert_replayed_once(bootstrap: str, topic: str, truth: list[ExpectedRecord]) -> None:
+    """Independently of the demo's own check: ``<topic>-replay`` holds every record of ``truth``
+    once (by its ``tidemark.source`` header), in source order per partition, with the same key,
+    headers and value (JSON values compared parsed; dead letters byte for byte)."""
+    copies: dict[tuple[int, int], ExpectedRecord] = {}
+    order: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for copy in read_topic(bootstrap, f"{topic}-replay"):
+        assert copy.meta is not None
+        _stream, partition, epoch, offset = dict(copy.meta.headers)["tidemark.source"].decode().split("/")
+        assert (int(partition), int(offset)) not in copies
+        copies[(int(partition), int(offset))] = copy
+        order.setdefault((copy.partition, int(partition)), []).append((int(epoch), int(offset)))
+    assert sorted(copies) == sorted((item.partition, item.offset) for item in truth)
+    assert all(positions == sorted(positions) for positions in order.values())
+    for item in truth:
+        copy = copies[(item.partition, item.offset)]
+        assert copy.meta is not None and item.meta is not None
+        assert copy.meta.key == item.meta.key
+        assert tuple(pair for pair in copy.meta.headers if not pair[0].startswith("tidemark.")) == item.meta.headers
+        if item.hour is None:  # a dead letter: its bytes as produced
+            assert copy.value == item.value
+        else:
+            assert orjson.loads(copy.value) == orjson.loads(item.value)
+
+
 def test_demo_with_chaos_is_exactly_once_against_what_the_broker_holds(kafka_bootstrap, moto_endpoint, tmp_path):
     suffix = uuid.uuid4().hex[:8]
     topic, bucket, table = f"orders-e2e-{suffix}", f"tidemark-e2e-{suffix}", f"tidemark-e2e-ledger-{suffix}"
@@ -101,10 +126,15 @@ def test_demo_with_chaos_is_exactly_once_against_what_the_broker_holds(kafka_boo
     audit = report["audit"]
     assert (audit["clean"], audit["findings"], audit["records"]) == (True, [], 3000)
     assert report["delivery"]["crashed_invocations"] + report["chaos"]["lost_commits"] >= 1
+    # The replay into a new topic, its first process killed: every record once, checked by the demo.
+    replay = report["replay"]
+    assert (replay["equal"], replay["records"], replay["produced"] + replay["skipped"]) == (True, 3000, 3000)
+    assert replay["killed"] is not None and replay["timestamps_compared"] == 3000
 
     # Independent check: the broker's records against the S3 objects and the ledger.
     truth = read_topic(kafka_bootstrap, topic)
     assert len(truth) == 3000
+    assert_replayed_once(kafka_bootstrap, topic, truth)
     s3 = boto3.client("s3", endpoint_url=moto_endpoint)
     verification = verify_archive(s3, bucket, "orders", truth)
     assert verification.ok, verification.summary()
@@ -156,6 +186,7 @@ def test_demo_with_a_topic_recreated_mid_run_archives_both_logs_exactly_once(kaf
     report = json.loads(report_path.read_text())
     assert report["result"] == "PASS" and report["verification"]["produced"] == 1200
     assert report["audit"]["clean"] and report["audit"]["records"] == 1200  # both epochs tiled
+    assert report["replay"]["equal"] and report["replay"]["records"] == 1200  # both logs, in epoch order
     assert report["epochs"]["refused_invocations"] >= 1
     assert report["epochs"]["started"] == {"0": 1, "1": 1}
 
@@ -194,6 +225,7 @@ def test_demo_in_parquet_partitioned_by_country_and_channel_is_exactly_once(kafk
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(report_path.read_text())
     assert report["result"] == "PASS" and report["verification"]["produced"] == 500
+    assert report["replay"]["equal"] and report["replay"]["records"] == 500  # Parquet keeps the envelope
     data = example_config_data()
     data["streams"][0]["format"] = {"type": "parquet", "compression": "zstd"}
     data["streams"][0]["partition_by"] = {"fields": ["_value.country", "_header.channel"]}
@@ -234,6 +266,7 @@ def test_default_demo_starts_and_stops_its_own_broker_and_moto(tmp_path):
 
     assert done.returncode == 0, done.stdout + done.stderr
     assert "PASS: 1500 records exactly once" in done.stdout
+    assert "replay into orders-replay: 1500 records, equal to the source record by record" in done.stdout
     report = json.loads(report_path.read_text())
     assert report["verification"]["produced"] == 1500 and report["verification"]["lost"] == 0
     assert report["dead_letter_reasons"].keys() == {

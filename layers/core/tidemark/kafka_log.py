@@ -116,12 +116,16 @@ class KafkaLog:
         yield from self._messages(partition, first, last)
 
     def _messages(self, partition: PartitionId, first: int, last: int) -> Iterator[Record]:
-        for message in self._poll(partition, first):
+        for message in self.messages(partition, first):
             offset = message.offset()
             if message.error() is not None or offset > last:
                 return
             if offset >= first:
                 yield record_of(message)
+
+    def start_offset(self, partition: PartitionId) -> int:
+        """The partition's first retained offset (the low watermark: exact on every broker)."""
+        return self._watermarks(partition)[0]
 
     def _watermarks(self, partition: PartitionId) -> tuple[int, int]:
         from confluent_kafka import KafkaException, TopicPartition
@@ -137,7 +141,7 @@ class KafkaLog:
     def _read(self, partition: PartitionId, start: int) -> Iterator[tuple[int, bool]]:
         """``(offset, False)`` per record from ``start`` on, then ``(end offset, True)`` at the
         partition's end."""
-        for message in self._poll(partition, start):
+        for message in self.messages(partition, start):
             offset = message.offset()
             if message.error() is not None:
                 yield (start if offset is None else offset), True
@@ -145,8 +149,8 @@ class KafkaLog:
             if offset is not None:
                 yield offset, False
 
-    def _poll(self, partition: PartitionId, start: int) -> Iterator[Any]:
-        """Every message from ``start`` on, and last the partition-EOF event at its end. The first
+    def messages(self, partition: PartitionId, start: int) -> Iterator[Any]:
+        """Every message (confluent-kafka's) from ``start`` on, and last the partition-EOF event at its end. The first
         answer may take ``FIRST_S`` (a connection, authentication); after it, ``IDLE_S`` without
         one ends the read as if at the end."""
         from confluent_kafka import KafkaError, TopicPartition

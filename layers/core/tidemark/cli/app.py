@@ -16,6 +16,7 @@ from tidemark.cli.audit import audit
 from tidemark.cli.demo import demo
 from tidemark.cli.invoke import invoke
 from tidemark.cli.rearchive import rearchive
+from tidemark.cli.replay import replay
 from tidemark.cli.status import status
 
 app = typer.Typer(
@@ -32,6 +33,7 @@ app.command()(invoke)
 app.add_typer(epoch.app, name="epoch")
 app.command()(audit)
 app.command()(status)
+app.command()(replay)
 app.command()(rearchive)
 
 

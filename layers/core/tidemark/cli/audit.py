@@ -7,29 +7,27 @@ Exit code 0: clean; 1: findings (each on its own line: kind, partition, offsets,
 from __future__ import annotations
 
 import json
-import sys
-from collections.abc import Callable
 from contextlib import ExitStack
 from typing import Annotated
 
 import typer
 
 from tidemark.audit import Auditor, AuditReport
-from tidemark.cli.errors import EXIT_FAILED, one_line_errors
+from tidemark.cli.errors import EXIT_FAILED, one_line_errors, progress
 from tidemark.cli.target import (
     DEFAULT_CONFIG,
     BucketOption,
     ConfigOption,
     EndpointOption,
+    JsonOption,
     StackOption,
     StreamOption,
     TableOption,
+    check_hours,
     load_streams,
     resolve,
 )
-from tidemark.exceptions import ConfigError
 from tidemark.ledger.dynamodb import DynamoDBLedger
-from tidemark.names import HOUR, matches
 
 
 def audit(
@@ -47,15 +45,13 @@ def audit(
     bucket: BucketOption = None,
     ledger_table: TableOption = None,
     endpoint_url: EndpointOption = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Check every object of the stream against the ledger (presence both ways, SHA-256, record
     count, offsets), and -- over every hour -- that each partition's offsets are all archived
     once: no gap, no overlap."""
     with one_line_errors():
-        for name, hour in (("--from", from_hour), ("--to", to_hour)):
-            if hour is not None and not matches(HOUR, hour):
-                raise ConfigError(f"{name} {hour!r}: an event hour looks like 2026-11-21T07")
+        check_hours(from_hour, to_hour)
         loaded = load_streams(config, stream)
         target = resolve(stack_name, bucket, ledger_table, endpoint_url)
         ledger = DynamoDBLedger(target.table, client=target.dynamodb())
@@ -66,25 +62,13 @@ def audit(
 
                 probe = stack.enter_context(KafkaLog(bootstrap_servers, loaded.stream(stream).source.topic))
             auditor = Auditor(loaded, stream, ledger, target.s3(), target.bucket, probe=probe)
-            report = auditor.run(from_hour, to_hour, progress=None if as_json else _progress())
+            report = auditor.run(from_hour, to_hour, progress=None if as_json else progress("audit", "objects read"))
     if as_json:
         print(json.dumps(report.to_dict(), indent=2, default=str))
     else:
         _print(report)
     if not report.clean:
         raise typer.Exit(EXIT_FAILED)
-
-
-def _progress() -> Callable[[int, int], None] | None:
-    """Objects read so far, on stderr when it is a terminal (the report goes to stdout)."""
-    if not sys.stderr.isatty():
-        return None
-
-    def show(done: int, total: int) -> None:
-        end = "\n" if done == total else ""
-        print(f"\raudit: {done}/{total} objects read", end=end, file=sys.stderr, flush=True)
-
-    return show
 
 
 def _print(report: AuditReport) -> None:

@@ -18,7 +18,7 @@ import boto3
 import typer
 
 from tidemark.cli.errors import one_line_errors
-from tidemark.cli.target import partition_ids
+from tidemark.cli.target import JsonOption, partition_ids
 from tidemark.config.loader import load_config
 from tidemark.exceptions import ConfigError
 from tidemark.runtime import ENV_LEDGER_TABLE, Runtime
@@ -43,7 +43,6 @@ PartitionsOption = Annotated[
         "--partition", "-p", help="A Kafka partition number or a Kinesis shard id (shardId-...); repeat for several."
     ),
 ]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
 
 
 def _runtime(config: Path, table: str, endpoint_url: str | None) -> Runtime:

@@ -17,6 +17,7 @@ from tidemark.cli.target import (
     BucketOption,
     ConfigOption,
     EndpointOption,
+    JsonOption,
     StackOption,
     StreamOption,
     TableOption,
@@ -42,7 +43,7 @@ def rearchive(
     bucket: BucketOption = None,
     ledger_table: TableOption = None,
     endpoint_url: EndpointOption = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Fetch the records of quarantined flushes (`tidemark status` lists them) from Kafka again,
     check them against the ledger, upload each flush's object under the key it would have had, and

@@ -160,6 +160,25 @@ def render_result(console: Console, result: DemoResult) -> None:
     )
     for line in audit["findings"][:20]:
         console.print(f"  {line}", markup=False)
+    replay = result.replay
+    if replay is not None and "not_run" in replay:
+        console.print(f"replay: not run ({replay['not_run']})", markup=False)
+    elif replay is not None:
+        killed = replay["killed"]
+        rerun = ""
+        if killed is not None:
+            how = "finished before the kill" if killed["finished_first"] else f"killed at {killed['held_when_killed']}"
+            rerun = f"; a first replay process {how}, the rerun skipped {replay['skipped']} already there"
+        faults = ", ".join(
+            f"{kind} {replay[kind]['count']}"
+            for kind in ("missing", "duplicated", "out_of_order", "different", "unexpected")
+            if replay[kind]["count"]
+        )
+        console.print(
+            f"replay into {replay['topic']}: {replay['records']} records, "
+            f"{'equal to the source record by record' if replay['equal'] else 'DIFFERENT: ' + faults}{rerun}",
+            markup=False,
+        )
     timings = ", ".join(f"{name} {seconds:.1f}s" for name, seconds in data["timings_s"].items())
     console.print(f"timings: {timings}")
     console.print(f"logs and staging: {result.workdir}")

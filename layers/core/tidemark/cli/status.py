@@ -16,6 +16,7 @@ from tidemark.cli.target import (
     BucketOption,
     ConfigOption,
     EndpointOption,
+    JsonOption,
     StackOption,
     TableOption,
     load_streams,
@@ -54,7 +55,7 @@ def status(
     bucket: BucketOption = None,
     ledger_table: TableOption = None,
     endpoint_url: EndpointOption = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Per partition: staged offset, offset committed to S3 through, open buffers (hour, records,
     bytes, age), sealed and quarantined flushes, and -- with --bootstrap-servers -- Kafka's end

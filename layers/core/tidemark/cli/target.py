@@ -20,6 +20,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from tidemark.config.loader import load_config
 from tidemark.config.model import TidemarkConfig
 from tidemark.exceptions import ConfigError
+from tidemark.names import HOUR, matches
 from tidemark.runtime import ENV_BUCKET, ENV_LEDGER_TABLE
 from tidemark.sources import PartitionId, partition_of_text
 
@@ -29,6 +30,7 @@ TABLE_OUTPUT = "LedgerTableName"
 
 StreamOption = Annotated[str, typer.Option(help="The stream, as named in the configuration.")]
 ConfigOption = Annotated[Path, typer.Option(help="Stream configuration.")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print the report as JSON instead of text.")]
 StackOption = Annotated[
     str | None, typer.Option("--stack-name", help="Read the bucket and ledger table from this stack's outputs.")
 ]
@@ -107,3 +109,12 @@ def load_streams(config: Path, *streams: str | None) -> TidemarkConfig:
         if stream is not None and stream not in names:
             raise ConfigError(f"--stream {stream!r}: not in {config} (streams: {', '.join(names)})")
     return loaded
+
+
+def check_hours(from_hour: str | None, to_hour: str | None) -> None:
+    """``--from``/``--to``: event hours like 2026-11-21T07 (``None``: not given), in order."""
+    for name, hour in (("--from", from_hour), ("--to", to_hour)):
+        if hour is not None and not matches(HOUR, hour):
+            raise ConfigError(f"{name} {hour!r}: an event hour looks like 2026-11-21T07")
+    if from_hour is not None and to_hour is not None and from_hour > to_hour:
+        raise ConfigError(f"--from {from_hour} is after --to {to_hour}")

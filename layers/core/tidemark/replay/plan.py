@@ -1,0 +1,169 @@
+"""Which archived objects a replay reads, and whether they can be replayed at all.
+
+The ledger is the archive's source of truth: only committed objects are read (an object in S3
+without its commit is not part of the archive yet), hour by hour from the ledger's hour marks,
+both kinds -- raw records and, unless left out, dead letters (they were records of the source
+topic too, kept with every original byte).
+
+Only formats that keep the whole record can be replayed: JSON Lines, Avro, Parquet (without
+typed value columns) and bytes keep key, value, headers, timestamp and offset. Text keeps the
+value only, CSV flattened value fields, and a ``value_schema`` typed fields instead of the
+value's bytes: such objects are refused here, before anything is produced, rather than half
+replayed.
+
+The replay id names one replay: the stream, hours, source partitions, partitioner, target
+topic and whether dead letters are in. A rerun of the same command has the same id and resumes
+from what the target already holds of it; another replay into the same topic has another id and
+is never mistaken for it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+
+from tidemark.buffers import ERRORS_KIND
+from tidemark.config.model import StreamConfig, TidemarkConfig
+from tidemark.formats import RenderSpec
+from tidemark.ledger.base import Ledger
+from tidemark.ledger.model import CommittedObject
+from tidemark.replay.exceptions import ReplayError, UnreplayableFormatError
+from tidemark.sources import PartitionId, partition_sort_key
+from tidemark.verify import spec_of_key
+from tidemark.writer.stream import render_spec
+
+#: formats whose objects do not keep the record itself (``ArchivedEnvelope``: no key/headers/offsets, or fields)
+UNREPLAYABLE = {
+    "text": "keeps only the value (no key, headers or offsets)",
+    "csv": "keeps flattened value fields, not the record",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedObject:
+    """One committed object to read, with the spec its bytes are read with."""
+
+    key: str
+    partition: PartitionId
+    epoch: int
+    first: int
+    last: int
+    records: int
+    dead: bool  # a dead-letter object (``errors`` prefix)
+    spec: RenderSpec
+
+    @property
+    def start(self) -> tuple[int, int]:
+        """The position of its first record: ``(epoch, first offset)``."""
+        return self.epoch, self.first
+
+    @property
+    def end(self) -> tuple[int, int]:
+        """The position of its last record."""
+        return self.epoch, self.last
+
+
+@dataclass(frozen=True)
+class ReplayPlan:
+    stream: str
+    first_hour: str
+    last_hour: str
+    #: source partition -> its objects, by their first position
+    objects: Mapping[PartitionId, tuple[PlannedObject, ...]]
+
+    @property
+    def partitions(self) -> list[PartitionId]:
+        return sorted(self.objects, key=partition_sort_key)
+
+    @property
+    def records(self) -> int:
+        return sum(obj.records for objects in self.objects.values() for obj in objects)
+
+    @property
+    def object_count(self) -> int:
+        return sum(len(objects) for objects in self.objects.values())
+
+
+def replay_id(
+    stream: str,
+    first_hour: str,
+    last_hour: str,
+    partitions: Iterable[PartitionId] | None,
+    partitioner: str,
+    topic: str,
+    dead_letters: bool,
+) -> str:
+    """A short id of one replay (16 hex digits of a SHA-256 over what makes it the replay it is):
+    the same for a rerun of the same command, another for any other replay."""
+    chosen = "all" if partitions is None else [str(p) for p in sorted(set(partitions), key=partition_sort_key)]
+    identity = [stream, first_hour, last_hour, chosen, partitioner, topic, dead_letters]
+    return hashlib.sha256(json.dumps(identity, separators=(",", ":")).encode()).hexdigest()[:16]
+
+
+def raw_and_errors_specs(stream: StreamConfig) -> tuple[RenderSpec, RenderSpec]:
+    """The specs raw and dead-letter objects are read with (as ``tidemark.verify.read_archive``)."""
+    spec = RenderSpec.decode(render_spec(stream))
+    return spec, replace(spec, format="jsonl", compression="gzip", value_schema="", columns="")
+
+
+def plan_replay(
+    config: TidemarkConfig,
+    stream: str,
+    ledger: Ledger,
+    first_hour: str,
+    last_hour: str,
+    *,
+    partitions: Iterable[PartitionId] | None = None,
+    dead_letters: bool = True,
+) -> ReplayPlan:
+    """Every committed object of ``stream`` for the event hours ``first_hour..last_hour``
+    (both included) of the chosen source partitions (``None``: all); refuses objects that cannot
+    be replayed (``UnreplayableFormatError``, naming the format and an object)."""
+    if first_hour > last_hour:
+        raise ReplayError(f"--from {first_hour} is after --to {last_hour}")
+    try:
+        stream_config = config.stream(stream)
+    except KeyError:
+        raise ReplayError(f"--stream {stream!r}: not in the configuration") from None
+    raw_spec, errors_spec = raw_and_errors_specs(stream_config)
+    chosen = None if partitions is None else set(partitions)
+    found: dict[PartitionId, dict[str, PlannedObject]] = defaultdict(dict)
+    for mark in ledger.hour_marks(stream, first_hour):
+        if not first_hour <= mark.hour <= last_hour:
+            continue
+        for committed in ledger.committed_objects(stream, mark.hour):
+            if chosen is not None and committed.partition not in chosen:
+                continue
+            dead = committed.kind == ERRORS_KIND
+            if dead and not dead_letters:
+                continue
+            found[committed.partition][committed.key] = _planned(committed, errors_spec if dead else raw_spec)
+    objects = {
+        partition: tuple(sorted(by_key.values(), key=lambda obj: (obj.start, obj.end, obj.key)))
+        for partition, by_key in found.items()
+    }
+    return ReplayPlan(stream, first_hour, last_hour, objects)
+
+
+def _planned(committed: CommittedObject, base: RenderSpec) -> PlannedObject:
+    spec = spec_of_key(committed.key, base)
+    dead = committed.kind == ERRORS_KIND
+    why = UNREPLAYABLE.get(spec.format)
+    if why is None and spec.value_schema and not dead:
+        why = "keeps typed value columns (format.value_schema), not the value's bytes"
+    if why is not None:
+        kind = f"{spec.format} with a value schema" if spec.format in ("parquet", "avro") else spec.format
+        raise UnreplayableFormatError(f"format {kind} {why}: it cannot be replayed ({committed.key})")
+    return PlannedObject(
+        committed.key,
+        committed.partition,
+        committed.epoch,
+        committed.first,
+        committed.last,
+        committed.records,
+        dead,
+        spec,
+    )
