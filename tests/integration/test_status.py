@@ -67,7 +67,9 @@ def test_a_quarantined_flush_makes_its_partition_stale(archive):
     quarantined = [buffer for buffer in row.buffers if buffer.state == "quarantined"]
     assert len(quarantined) == 1 and quarantined[0].detail
     assert row.committed_through < quarantined[0].first or row.committed_through == quarantined[0].first - 1
-    assert any("quarantined" in reason for reason in row.stale)
+    first, last = quarantined[0].first, quarantined[0].last
+    command = f"tidemark rearchive --stream orders -p 0 --from-offset {first} --to-offset {last}"
+    assert any("quarantined" in reason and command in reason for reason in row.stale)  # what to run, said
 
 
 def test_a_commit_marker_is_no_lag_and_a_partition_never_seen_is_not_stale(archive):

@@ -141,7 +141,11 @@ def partition_status(
         if now_ms - flush.sealed_ms > grace_ms:
             row.stale.append(f"flush {flush.object_key} sealed {_age(now_ms, flush.sealed_ms)} ago, not uploaded")
     for held in state.quarantined.values():
-        row.stale.append(f"flush {held.flush.object_key} quarantined: re-archive offsets {held.flush.buffer.first}..")
+        buffer = held.flush.buffer
+        row.stale.append(
+            f"flush {held.flush.object_key} quarantined: tidemark rearchive --stream {state.stream} "
+            f"-p {state.partition} --from-offset {buffer.first} --to-offset {buffer.last} --bootstrap-servers ..."
+        )
     if source is not None:
         row.end_offset = source.end_offset(state.partition)
         row.lag = max(row.end_offset - 1 - state.staged_offset, 0)
