@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import orjson
 import pytest
 
 from tests.support.harness import (
@@ -17,16 +18,18 @@ from tests.support.harness import (
     assert_exactly_once,
     damage_first_segment,
     finish,
-    small_config,
+    small_config_data,
     staged_files,
 )
 from tests.support.kafka import produce_records
+from tests.support.legacy_segments import LegacySegmentEncoder
 from tests.support.workload import make_orders
 from tidemark.audit import Auditor
-from tidemark.config import TidemarkConfig
+from tidemark.config import TidemarkConfig, parse_config
 from tidemark.embedded.workload import ensure_topic, recreate_topic
 from tidemark.exceptions import NotRetainedError
 from tidemark.faults import AFTER_COMMIT, AFTER_UPLOAD, BEFORE_UPLOAD, SimulatedCrash
+from tidemark.formats import RenderSpec, format_of
 from tidemark.kafka_log import KafkaLog
 from tidemark.ledger.model import PartitionState, QuarantinedFlush
 from tidemark.rearchive import NothingToRearchiveError, RangeSplitsFlushError, Rearchiver, RefetchMismatchError
@@ -52,12 +55,17 @@ class Quarantined:
     state: PartitionState
 
 
-def quarantine(archive, bootstrap: str, *, records: int = 60, first_batch: int = 60) -> Quarantined:
+def quarantine(
+    archive, bootstrap: str, *, records: int = 60, first_batch: int = 60, event_time: dict | None = None
+) -> Quarantined:
     """Orders produced to a new topic, ``first_batch`` of them archived (30 per batch), the main
     raw buffer's first segment damaged and its flush quarantined by maintenance past max age."""
     topic = f"rearchive-{uuid.uuid4().hex[:8]}"
     ensure_topic(bootstrap, topic, 1)
-    config = small_config(max_records=10_000, topic=topic)
+    data = small_config_data(max_records=10_000, topic=topic)
+    if event_time is not None:
+        data["streams"][0]["event_time"] = event_time
+    config = parse_config(data)
     workload = make_orders(partitions=1, per_partition=records, hours=1, seed=5, topic=topic)
     assert produce_records(bootstrap, workload.records[0]) == [record.offset for record in workload.records[0]]
     esm = EsmModel(workload, lambda crash: archive.runtime(config, crash))
@@ -207,3 +215,71 @@ def test_a_recreated_topic_no_longer_holds_the_range(archive, kafka_bootstrap):
     with KafkaLog(kafka_bootstrap, setup.topic) as log, pytest.raises(NotRetainedError, match="past the log's end"):
         rearchiver(archive, setup, log).run(0, 59)
     assert_unchanged(archive, setup, before)
+
+
+def test_a_flush_staged_by_the_previous_segment_format_is_rearchived(archive, kafka_bootstrap, monkeypatch):
+    with monkeypatch.context() as old_version:  # its segments sized as version 1 wrote them
+        old_version.setattr("tidemark.writer.stream.SegmentEncoder", LegacySegmentEncoder)
+        setup = quarantine(archive, kafka_bootstrap)
+    with KafkaLog(kafka_bootstrap, setup.topic) as log:
+        [done] = rearchiver(archive, setup, log).run(0, 59).flushes
+    assert done.records == setup.held.flush.buffer.records
+    finish(archive, setup.config, setup.esm)
+    assert_exactly_once(archive, setup.config, setup.esm)
+
+
+def test_a_processing_time_flush_routes_back_with_the_time_it_was_staged(archive, kafka_bootstrap):
+    staged_at = archive.clock.now_ms()  # the manual clock stands still while a batch is staged
+    setup = quarantine(archive, kafka_bootstrap, event_time={"source": "processing_time"})
+    with KafkaLog(kafka_bootstrap, setup.topic) as log:
+        [done] = rearchiver(archive, setup, log).run(0, 59).flushes
+    body = archive.s3.get_object(Bucket=archive.bucket, Key=done.key)["Body"].read()
+    spec = RenderSpec.decode(setup.held.flush.buffer.spec)
+    times = {record.event_time_ms for record in format_of(spec).read(body, spec.context(0, done.key))}
+    assert times == {staged_at}  # what the object would have held, not a time made up for the hour
+
+
+class InMemory:
+    def __init__(self, records: list[Record]) -> None:
+        self.held = records
+
+    def records(self, partition: PartitionId, first: int, last: int) -> Iterator[Record]:
+        return iter([record for record in self.held if first <= record.offset <= last])
+
+
+def test_a_configuration_that_swaps_records_of_the_range_is_refused(archive):
+    """Count, first and last agree, but another record of the range would take one's place: the
+    staged size tells them apart."""
+    at = archive.clock.now_ms() + 60_000
+
+    def order(offset: int, pad: int = 0) -> bytes:
+        return orjson.dumps({"created_at": at + offset, "pad": "x" * pad})
+
+    records = [
+        Record("orders", 0, 0, at, order(0), b"k"),
+        Record("orders", 0, 1, at + 1, b"{not json 1", b"k"),  # a dead letter either way
+        Record("orders", 0, 2, at + 2, order(2), b"\xff\xfe"),  # a key that is not UTF-8: a dead letter, first
+        Record("orders", 0, 3, at + 3, order(3, pad=300), b"k"),  # too large under the second configuration
+        Record("orders", 0, 4, at + 4, b"{not json 4", b"k"),
+    ]
+    first = small_config_data(max_records=10_000)
+    second = small_config_data(max_records=10_000)
+    second["streams"][0]["encoding"]["key"] = "bytes"
+    second["streams"][0]["dead_letter"] = {"max_record_bytes": 200}
+    config = parse_config(first)
+    runtime = archive.runtime(config)
+    runtime.writer(config.streams[0], 0).write(records, source="orders")
+    errors = next(buffer for buffer in runtime.ledger.load("orders", 0).buffers.values() if buffer.key.kind == "errors")
+    assert [errors.first, errors.last, errors.records] == [1, 4, 3]
+    damage = archive.staging_root / "orders" / "p0" / errors.segments[0].name
+    damage.write_bytes(damage.read_bytes()[:-3] + b"\x00\x00\x00")
+    archive.clock.advance(minutes=31)
+    runtime.writer(config.streams[0], 0).maintain()
+    [held] = runtime.ledger.load("orders", 0).quarantined.values()
+    changed = parse_config(second)
+    now = archive.runtime(changed)
+    with pytest.raises(RefetchMismatchError, match="not the records that were staged"):
+        Rearchiver(now.writer(changed.streams[0], 0), now.ledger, InMemory(records)).run(0, 4)
+    assert list(now.ledger.load("orders", 0).quarantined) == [held.flush.flush_id]
+    [done] = Rearchiver(runtime.writer(config.streams[0], 0), runtime.ledger, InMemory(records)).run(0, 4).flushes
+    assert done.records == 3  # under the configuration it was staged with, it goes through

@@ -19,13 +19,14 @@ from tests.support.harness import example_config_data, small_config
 from tidemark.buffers import ERRORS_KIND, RAW_KIND
 from tidemark.config import parse_config
 from tidemark.formats import extension_of, format_of
-from tidemark.ledger.model import CommittedObject, HourMark
+from tidemark.ledger.model import CommittedObject, HourMark, PartitionState
 from tidemark.objects.keys import object_key
 from tidemark.replay import KEY, SAME, Replayer
 from tidemark.replay.exceptions import ArchiveOrderError, ReplayError, UnreplayableFormatError
 from tidemark.replay.plan import plan_replay, raw_and_errors_specs
 from tidemark.replay.reader import ObjectReader, ReplayRecord, merged
 from tidemark.replay.tail import REPLAY_HEADER, SOURCE_HEADER, parse_source, resume_points
+from tidemark.sources import PartitionId
 from tidemark.staging.frames import DEAD_LETTER, RAW, Frame
 
 HOUR_MS = 3_600_000
@@ -159,6 +160,7 @@ class FakeS3:
 @dataclass
 class FakeLedger:
     objects: dict[str, list[CommittedObject]] = field(default_factory=lambda: defaultdict(list))
+    states: dict[PartitionId, PartitionState] = field(default_factory=dict)  # what is still staged
 
     def hour_marks(self, stream: str, since_hour: str = "") -> list[HourMark]:
         return [
@@ -169,6 +171,12 @@ class FakeLedger:
 
     def committed_objects(self, stream: str, hour: str) -> list[CommittedObject]:
         return list(self.objects.get(hour, []))
+
+    def load(self, stream: str, partition: PartitionId) -> PartitionState:
+        return self.states.get(partition, PartitionState(stream, partition))
+
+    def partitions(self, stream: str) -> set[PartitionId]:
+        return set(self.states)
 
 
 def make_sources(partitions: int, per_partition: int, seed: int) -> list[Source]:

@@ -150,9 +150,11 @@ class KafkaLog:
                 yield offset, False
 
     def messages(self, partition: PartitionId, start: int) -> Iterator[Any]:
-        """Every message (confluent-kafka's) from ``start`` on, and last the partition-EOF event at its end. The first
-        answer may take ``FIRST_S`` (a connection, authentication); after it, ``IDLE_S`` without
-        one ends the read as if at the end."""
+        """Every message (confluent-kafka's) from ``start`` on, and last the partition-EOF event at
+        its end. The first answer may take ``FIRST_S`` (a connection, authentication); after it,
+        ``IDLE_S`` without one is a stalled read: ``SourceUnavailableError``, never taken for the
+        end (a short read would make a replay resume too early, or a rearchive see records as
+        missing)."""
         from confluent_kafka import KafkaError, TopicPartition
 
         assert isinstance(partition, int)  # _watermarks refused anything else first
@@ -174,6 +176,9 @@ class KafkaLog:
             self._consumer.unassign()
         if not answered:
             raise SourceUnavailableError(f"{self.topic}/{partition}: no answer within {FIRST_S:.0f}s")
+        raise SourceUnavailableError(
+            f"{self.topic}/{partition}: the read stalled ({IDLE_S:.0f}s without a message before the partition's end)"
+        )
 
 
 def record_of(message: Any) -> Record:

@@ -38,7 +38,11 @@ def replay(
     from_hour: Annotated[str, typer.Option("--from", help="First event hour to replay, e.g. 2026-11-21T07.")],
     to_hour: Annotated[str, typer.Option("--to", help="Last event hour to replay (included).")],
     topic: Annotated[
-        str, typer.Option(help="The Kafka topic to produce into. It must exist; it may be the source topic.")
+        str,
+        typer.Option(
+            help="The Kafka topic to produce into. It must exist. It may be the source topic: a rerun leaves "
+            "out the copies of this replay that the archiver archived again."
+        ),
     ],
     bootstrap_servers: Annotated[str, typer.Option(help="Kafka brokers of the target topic.")],
     partitions: Annotated[

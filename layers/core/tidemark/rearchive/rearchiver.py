@@ -6,9 +6,11 @@ key and render spec. Rearchiving it::
 
     state := ledger.load (consistent)
     for each quarantined flush wholly in the range:           # a range cutting one: refused
-      refuse unless the flush is of the partition's current epoch (its offsets name this log)
-      frames := per segment: fetch its offsets from Kafka, route, keep the buffer's records,
-                check count, first, last and fingerprints against the ledger   # else refused
+      refuse unless the flush is of the partition's current epoch and the state's source is the
+        configured topic (its offsets name this log)
+      frames := per segment: fetch its offsets from Kafka, route (a clock at the segment's staging
+                time), keep the buffer's records, check count, first, last, encoded size and
+                fingerprints against the ledger                                  # else refused
       upload frames rendered with the buffer's spec under the flush's own key (If-None-Match)
         412, same SHA-256: our own upload before a crash; same records: adopted; else refused
       transact([put state.rearchived(flush) if version matches, put object item if absent])
@@ -16,9 +18,10 @@ key and render spec. Rearchiving it::
 
 A crash anywhere leaves either nothing (run it again), or the object in S3 and the flush still
 quarantined (the rerun finds its own object and commits), or the commit done (the rerun says
-there is nothing left to rearchive). The damaged segments, unreferenced from the commit on, are
-deleted by the next archiver run or sweep (garbage collection); the command needs no staging
-mount.
+there is nothing left to rearchive). Flushes of one range are rearchived one after the other: a
+refusal stops at its flush, and those before it stay archived. The damaged segments,
+unreferenced from the commit on, are deleted by the next archiver run or sweep (garbage
+collection); the command needs no staging mount.
 """
 
 from __future__ import annotations
@@ -85,6 +88,12 @@ class Rearchiver:
                 f"{stream.name}: rearchive reads Kafka; a Kinesis shard's range cannot be read again by offset here"
             )
         state = self._ledger.load(stream.name, partition)
+        topic = stream.config.source.topic
+        if state.source and state.source.rsplit("/", 1)[-1] != topic:
+            raise RefetchMismatchError(
+                f"{stream.name}/{partition}: the partition archives {state.source!r} now, not topic {topic!r}: "
+                "its offsets name records of another log"
+            )
         report = RearchiveReport(stream.name, partition, first, last)
         for held in flushes_in_range(state, first, last):
             flush = held.flush

@@ -26,3 +26,12 @@ class ArchiveOrderError(ReplayError):
 class DeliveryError(ReplayError):
     """The target topic refused records. The producer stops at the first one (gapless), so no
     later record of that partition landed and a rerun of the same command resumes correctly."""
+
+
+class HoursNotArchivedError(ReplayError):
+    """Records of the hours are still staged (open, sealed or quarantined): not in S3 yet."""
+
+
+class TargetChangedError(ReplayError):
+    """The target topic's partition count changed since this ``key``-partitioned replay began:
+    records would land elsewhere than the resume points say."""

@@ -11,6 +11,8 @@ value only, CSV flattened value fields, and a ``value_schema`` typed fields inst
 value's bytes: such objects are refused here, before anything is produced, rather than half
 replayed.
 
+Hours still being archived are refused (``still_staged``): a replay covers what is in S3.
+
 The replay id names one replay: the stream, hours, source partitions, partitioner, target
 topic and whether dead letters are in. A rerun of the same command has the same id and resumes
 from what the target already holds of it; another replay into the same topic has another id and
@@ -30,7 +32,7 @@ from tidemark.config.model import StreamConfig, TidemarkConfig
 from tidemark.formats import RenderSpec
 from tidemark.ledger.base import Ledger
 from tidemark.ledger.model import CommittedObject
-from tidemark.replay.exceptions import ReplayError, UnreplayableFormatError
+from tidemark.replay.exceptions import HoursNotArchivedError, ReplayError, UnreplayableFormatError
 from tidemark.sources import PartitionId, partition_sort_key
 from tidemark.verify import spec_of_key
 from tidemark.writer.stream import render_spec
@@ -145,7 +147,42 @@ def plan_replay(
         partition: tuple(sorted(by_key.values(), key=lambda obj: (obj.start, obj.end, obj.key)))
         for partition, by_key in found.items()
     }
+    wanted = chosen if chosen is not None else set(found) | ledger.partitions(stream)
+    staged = still_staged(ledger, stream, wanted, first_hour, last_hour, dead_letters=dead_letters)
+    if staged:
+        raise HoursNotArchivedError(
+            f"hours {first_hour}..{last_hour} still have records staged, not in S3 yet ({'; '.join(staged[:5])}"
+            f"{'; ...' if len(staged) > 5 else ''}): replay them once they are (`tidemark status` shows what "
+            "waits; a quarantined flush needs `tidemark rearchive`), or choose earlier hours"
+        )
     return ReplayPlan(stream, first_hour, last_hour, objects)
+
+
+def still_staged(
+    ledger: Ledger,
+    stream: str,
+    partitions: Iterable[PartitionId],
+    first_hour: str,
+    last_hour: str,
+    *,
+    dead_letters: bool = True,
+) -> list[str]:
+    """The buffers of ``first_hour..last_hour`` not in S3 yet: open, sealed or quarantined.
+
+    A replay refuses such hours. Their records sit at offsets below what is committed around
+    them, so a replay that resumed after they were committed would take them as already
+    produced (its resume points are positions), and lose them; records that arrive later come at
+    higher offsets and are replayed by a rerun."""
+    found = []
+    for partition in sorted(partitions, key=partition_sort_key):
+        state = ledger.load(stream, partition)
+        waiting = [("open", buffer) for buffer in state.buffers.values()]
+        waiting += [("sealed", flush.buffer) for flush in state.sealed.values()]
+        waiting += [("quarantined", held.flush.buffer) for held in state.quarantined.values()]
+        for what, buffer in waiting:
+            if first_hour <= buffer.key.hour <= last_hour and (dead_letters or buffer.key.kind != ERRORS_KIND):
+                found.append(f"partition {partition}: {what} {buffer.key}, offsets {buffer.first}..{buffer.last}")
+    return found
 
 
 def _planned(committed: CommittedObject, base: RenderSpec) -> PlannedObject:

@@ -22,10 +22,18 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from tidemark.config.model import TidemarkConfig
 from tidemark.ledger.base import Ledger
-from tidemark.replay.partitioner import SAME, Partitioning
+from tidemark.replay.partitioner import KEY, SAME, Partitioning
 from tidemark.replay.plan import PlannedObject, ReplayPlan, plan_replay, replay_id
 from tidemark.replay.reader import ObjectReader, ReplayRecord, merged
-from tidemark.replay.tail import REPLAY_HEADER, SOURCE_HEADER, Position, TargetLog, resume_points, source_header
+from tidemark.replay.tail import (
+    COUNT_SEPARATOR,
+    REPLAY_HEADER,
+    SOURCE_HEADER,
+    Position,
+    TargetLog,
+    resume_points,
+    source_header,
+)
 from tidemark.sources import PartitionId, partition_sort_key
 
 if TYPE_CHECKING:
@@ -61,6 +69,7 @@ class PartitionReport:
     produced: int = 0
     skipped: int = 0  # already in the target: a rerun resuming
     dead_letters: int = 0  # produced records that came from dead-letter objects
+    own_copies: int = 0  # archived records that are this replay's own copies (a replay into the source topic)
     first: Position | None = None  # the lowest and highest source position replayed or skipped
     last: Position | None = None
 
@@ -71,6 +80,7 @@ class PartitionReport:
             "produced": self.produced,
             "skipped": self.skipped,
             "dead_letters": self.dead_letters,
+            "own_copies": self.own_copies,
             "first": _position(self.first),
             "last": _position(self.last),
         }
@@ -162,7 +172,8 @@ class Replayer:
         self.partitioner = partitioner
         self._dead_letters = dead_letters
         self._after_produce = after_produce
-        self.replay_id = replay_id(stream, first_hour, last_hour, self._partitions, partitioner, topic, dead_letters)
+        self._base_id = replay_id(stream, first_hour, last_hour, self._partitions, partitioner, topic, dead_letters)
+        self.replay_id = self._base_id  # with ``key``, ``run`` adds the target's partition count
 
     def plan(self) -> ReplayPlan:
         """The objects to read; ``UnreplayableFormatError`` before anything is produced."""
@@ -178,11 +189,13 @@ class Replayer:
 
     def run(self, progress: Progress | None = None) -> ReplayReport:
         plan = self.plan()
+        partitioning = Partitioning(self.partitioner, self._target.partitions())
+        if self.partitioner == KEY:  # a key's partition depends on the count: part of the replay
+            self.replay_id = f"{self._base_id}{COUNT_SEPARATOR}{partitioning.partitions}"
         report = ReplayReport(
             self.replay_id, self.stream, self.topic, self.first_hour, self.last_hour, self.partitioner
         )
         report.objects, report.records = plan.object_count, plan.records
-        partitioning = Partitioning(self.partitioner, self._target.partitions())
         report.target_partitions = partitioning.partitions
         partitioning.check(plan.partitions, self.topic)
         sources_of: dict[int, set[PartitionId]] = {}
@@ -199,6 +212,10 @@ class Replayer:
             held = {target: report.resumed.get((target, source)) for target in partitioning.reach(source)}
             target_of = partitioning.target
             for record in self._records(plan.objects[source], held, part):
+                if replay_header in record.headers:
+                    # A copy this very replay made, archived again: the target was the source topic.
+                    part.own_copies += 1
+                    continue
                 position = record.position
                 if part.first is None or position < part.first:
                     part.first = position

@@ -26,9 +26,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Protocol
 
+from tidemark.replay.exceptions import TargetChangedError
 from tidemark.sources import PartitionId, partition_of_text
 
 REPLAY_HEADER = "tidemark.replay"
+#: a ``key`` replay's id ends with ``.<target partition count>``: a key's partition depends on it
+COUNT_SEPARATOR = "."
 SOURCE_HEADER = "tidemark.source"
 #: the first (newest) window read back from a partition's end; each older one is twice the last
 FIRST_WINDOW = 64
@@ -60,12 +63,27 @@ def replayed_from(headers: Headers, replay_id: bytes, stream: str) -> tuple[Part
             found_id = value
         elif name == SOURCE_HEADER:
             found_source = value
+    if found_id != replay_id and found_id is not None and _base(found_id) == _base(replay_id):
+        raise TargetChangedError(
+            f"the target topic held {_count(found_id)} partitions when this replay began and holds "
+            f"{_count(replay_id)} now: a key's partition has changed, so its records cannot be resumed "
+            "exactly once; replay into a new topic (or one with the first partition count)"
+        )
     if found_id != replay_id or found_source is None:
         return None
     parsed = parse_source(found_source)
     if parsed is None or parsed[0] != stream:
         return None
     return parsed[1], parsed[2]
+
+
+def _base(replay_id: bytes) -> bytes:
+    return replay_id.split(COUNT_SEPARATOR.encode(), 1)[0]
+
+
+def _count(replay_id: bytes) -> str:
+    _base_id, _separator, count = replay_id.decode("ascii", "replace").partition(COUNT_SEPARATOR)
+    return count or "?"
 
 
 class TargetLog(Protocol):
