@@ -155,7 +155,9 @@ class ArchiverConstruct(Construct):
             self,
             f"Mapping-{stream.name}",
             target=fn,
-            event_source_arn=source.cluster_arn(stream),
+            event_source_arn=source.event_source_arn(stream),  # MSK; self-managed Kafka: the brokers
+            kafka_bootstrap_servers=src.bootstrap_servers if src.kind == "kafka" else None,
+            source_access_configurations=source.access_configurations(stream) or None,
             kafka_topic=src.topic,
             kafka_consumer_group_id=consumer_group_id(stream),
             batch_size=src.batch_size,

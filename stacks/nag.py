@@ -29,9 +29,10 @@ PREFIX_REASON = (
 )
 STAR_FUNCTION_REASON = (
     "Resource '*' only for actions without resource-level permissions: the VPC network interface actions "
-    "Lambda needs (ec2:CreateNetworkInterface/Describe*/Delete*/Assign*/Unassign*), the MSK mapping's "
-    "ec2:DescribeVpcs/DescribeSecurityGroups, X-Ray's PutTraceSegments/PutTelemetryRecords, and CDK's "
-    "elasticfilesystem:ClientMount, which is conditioned on the staging access point's ARN."
+    "Lambda needs (ec2:CreateNetworkInterface/Describe*/Delete*/Assign*/Unassign*), the Kafka mappings' "
+    "ec2:DescribeVpcs/DescribeSecurityGroups (and DescribeSubnets for self-managed brokers in a VPC), "
+    "X-Ray's PutTraceSegments/PutTelemetryRecords, and CDK's elasticfilesystem:ClientMount, which is "
+    "conditioned on the staging access point's ARN."
 )
 
 

@@ -1,12 +1,15 @@
-"""The sources: an existing MSK cluster (IAM auth) by ARN, a dev MSK Serverless cluster, or an
-existing Kinesis data stream by ARN, read directly or through an enhanced fan-out consumer.
+"""The sources: an MSK cluster by ARN (or a dev MSK Serverless cluster), a self-managed Kafka by
+its bootstrap servers (Confluent Cloud, Redpanda, Kafka on EC2), or a Kinesis data stream by ARN,
+read directly or through an enhanced fan-out consumer.
 
-Exposes, per stream, the ARN its event source mapping reads from and the IAM statements a
-function needs to be that mapping's target. For MSK: the cluster, the stream's topic and its
-consumer group only -- the IAM resource ARNs MSK defines for topics and groups, never ``*``. For
-Kinesis: that one data stream (and its consumer with ``consumer: efo``), never ``*``.
-
-Self-managed Kafka (``kind: kafka``) is not deployed by the stack yet.
+Exposes, per stream, what its event source mapping reads (the cluster or Kinesis ARN, or the
+bootstrap servers), how it authenticates (its source access configurations) and the IAM
+statements a function needs to be that mapping's target. For MSK with IAM: the cluster, the
+stream's topic and its consumer group only -- the IAM resource ARNs MSK defines for topics and
+groups, never ``*``; with SASL/SCRAM or mTLS, the cluster's description and the one named secret.
+For self-managed Kafka: the named secrets (credentials or client certificate, and the brokers'
+root CA) and, for brokers in a VPC, the network descriptions the mapping makes. For Kinesis:
+that one data stream (and its consumer with ``consumer: efo``), never ``*``.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kinesis as kinesis
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_msk as msk
 from constructs import Construct
 
@@ -44,8 +48,16 @@ KINESIS_STREAM_READ_ACTIONS = (
 #: what the mapping calls on an enhanced fan-out consumer (their IAM resource is the consumer)
 KINESIS_CONSUMER_READ_ACTIONS = ("kinesis:DescribeStreamConsumer", "kinesis:SubscribeToShard")
 
-#: the source kinds the stack deploys
-DEPLOYED_KINDS = ("msk", "kinesis")
+#: what a self-managed mapping in a VPC also describes (the subnets it places its pollers in)
+ESM_SUBNET_DESCRIBE_ACTIONS = ("ec2:DescribeSubnets",)
+
+#: how each auth mechanism is named to the event source mapping, with its secret
+AUTH_ACCESS = {
+    "sasl_scram_256": lambda_.SourceAccessConfigurationType.SASL_SCRAM_256_AUTH,
+    "sasl_scram_512": lambda_.SourceAccessConfigurationType.SASL_SCRAM_512_AUTH,
+    "plain": lambda_.SourceAccessConfigurationType.BASIC_AUTH,
+    "mtls": lambda_.SourceAccessConfigurationType.CLIENT_CERTIFICATE_TLS_AUTH,
+}
 
 
 @dataclass(frozen=True)
@@ -167,12 +179,6 @@ class SourceConstruct(Construct):
         subnet_ids: list[str],
     ) -> None:
         super().__init__(scope, construct_id)
-        for index, stream in enumerate(config.streams):
-            if stream.source.kind not in DEPLOYED_KINDS:
-                raise ConfigError(
-                    f"streams[{index}].source.kind: the stack deploys MSK and Kinesis sources only; "
-                    f"'{stream.source.kind}' runs with the embedded runner (tidemark demo) for now"
-                )
         self.kinesis: dict[str, KinesisSource] = {
             stream.name: self._kinesis(index, stream)
             for index, stream in enumerate(config.streams)
@@ -235,11 +241,41 @@ class SourceConstruct(Construct):
         )
         return KinesisSource(stream=imported, consumer=consumer, consumer_name=name)
 
-    def event_source_arn(self, stream: StreamConfig) -> str:
-        """What the stream's event source mapping reads: the cluster, the Kinesis stream or its consumer."""
+    def event_source_arn(self, stream: StreamConfig) -> str | None:
+        """What the stream's event source mapping reads: the cluster, the Kinesis stream or its
+        consumer; ``None`` for self-managed Kafka (its mapping names bootstrap servers)."""
         if stream.source.kind == "kinesis":
             return self.kinesis[stream.name].event_source_arn
+        if stream.source.kind == "kafka":
+            return None
         return self.cluster_arn(stream)
+
+    @staticmethod
+    def access_configurations(stream: StreamConfig) -> list[lambda_.SourceAccessConfiguration]:
+        """How a Kafka mapping authenticates and where its pollers run: the secret of the auth
+        mechanism, the brokers' root CA, and a self-managed VPC's subnets and security groups."""
+        src, kinds = stream.source, lambda_.SourceAccessConfigurationType
+        found = []
+        if src.auth is not None and src.auth.secret_arn is not None:
+            found.append(
+                lambda_.SourceAccessConfiguration(type=AUTH_ACCESS[src.auth.mechanism], uri=src.auth.secret_arn)
+            )
+        if src.auth is not None and src.auth.root_ca_secret_arn is not None:
+            found.append(
+                lambda_.SourceAccessConfiguration(
+                    type=kinds.SERVER_ROOT_CA_CERTIFICATE, uri=src.auth.root_ca_secret_arn
+                )
+            )
+        if src.network is not None:
+            found += [
+                lambda_.SourceAccessConfiguration(type=kinds.VPC_SUBNET, uri=f"subnet:{subnet}")
+                for subnet in src.network.subnet_ids
+            ]
+            found += [
+                lambda_.SourceAccessConfiguration(type=kinds.VPC_SECURITY_GROUP, uri=f"security_group:{group}")
+                for group in src.network.security_group_ids
+            ]
+        return found
 
     def cluster_arn(self, stream: StreamConfig) -> str:
         if stream.source.cluster_arn is not None:
@@ -253,8 +289,36 @@ class SourceConstruct(Construct):
 
     def read_statements(self, stream: StreamConfig) -> list[iam.PolicyStatement]:
         """What an event source mapping's target role needs to consume the stream's topic or Kinesis stream."""
-        if stream.source.kind == "kinesis":
+        src = stream.source
+        if src.kind == "kinesis":
             return self.kinesis[stream.name].read_statements()
+        statements = secret_statements(stream)
+        if src.kind == "kafka":
+            if src.network is not None:
+                statements.append(
+                    iam.PolicyStatement(
+                        sid="KafkaNetworkDescribe",
+                        actions=[*ESM_NETWORK_DESCRIBE_ACTIONS, *ESM_SUBNET_DESCRIBE_ACTIONS],
+                        resources=["*"],  # required by AWS: see ESM_NETWORK_DESCRIBE_ACTIONS
+                    )
+                )
+            return statements
+        if src.auth_mechanism != "iam":
+            # SASL/SCRAM or mTLS: the mapping finds the brokers through the cluster, and signs in
+            # with the secret; no kafka-cluster data-plane action is IAM's to grant then.
+            return [
+                iam.PolicyStatement(
+                    sid="MskCluster",
+                    actions=["kafka:DescribeClusterV2", "kafka:GetBootstrapBrokers"],
+                    resources=[self.cluster_arn(stream)],
+                ),
+                *statements,
+                iam.PolicyStatement(
+                    sid="MskNetworkDescribe",
+                    actions=list(ESM_NETWORK_DESCRIBE_ACTIONS),
+                    resources=["*"],  # required by AWS: see ESM_NETWORK_DESCRIBE_ACTIONS
+                ),
+            ]
         arns = self.arns(stream)
         return [
             iam.PolicyStatement(
@@ -283,3 +347,29 @@ class SourceConstruct(Construct):
                 resources=["*"],  # required by AWS: see ESM_NETWORK_DESCRIBE_ACTIONS
             ),
         ]
+
+
+def secret_statements(stream: StreamConfig) -> list[iam.PolicyStatement]:
+    """Reading the stream's named secrets (and decrypting them with its named key): nothing else."""
+    auth = stream.source.auth
+    if auth is None:
+        return []
+    secrets = [arn for arn in (auth.secret_arn, auth.root_ca_secret_arn) if arn is not None]
+    statements = []
+    if secrets:
+        statements.append(
+            iam.PolicyStatement(sid="KafkaSecrets", actions=["secretsmanager:GetSecretValue"], resources=secrets)
+        )
+    if auth.kms_key_arn is not None:
+        statements.append(
+            iam.PolicyStatement(
+                sid="KafkaSecretsKey",
+                actions=["kms:Decrypt"],
+                resources=[auth.kms_key_arn],
+                # only as Secrets Manager decrypts the secrets, in their own region
+                conditions={
+                    "StringEquals": {"kms:ViaService": f"secretsmanager.{secrets[0].split(':')[3]}.amazonaws.com"}
+                },
+            )
+        )
+    return statements

@@ -81,6 +81,8 @@ def test_example_config_loads_with_its_values() -> None:
         "starting_position_timestamp": None,
         "consumer": "shared",
         "parallelization_factor": 1,
+        "auth": None,
+        "network": None,
     }
     assert stream.event_time == EventTimeConfig(source="json_field", field="created_at", format="auto", timezone="UTC")
     assert stream.flush.max_records == 100_000
@@ -180,6 +182,63 @@ def test_self_managed_source_needs_bootstrap_servers() -> None:
     assert message == "<config>: streams[0].source: bootstrap_servers is required when kind is 'kafka'"
     config = parse_config(minimal(source={"kind": "kafka", "topic": "orders", "bootstrap_servers": ["k:9092"]}))
     assert config.streams[0].source.bootstrap_servers == ["k:9092"]
+
+
+SECRET = "arn:aws:secretsmanager:us-east-1:123456789012:secret:kafka-creds-AbCdEf"
+MSK_SECRET = "arn:aws:secretsmanager:us-east-1:123456789012:secret:AmazonMSK_orders-AbCdEf"
+KEY = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+SELF_MANAGED = {"kind": "kafka", "topic": "orders", "bootstrap_servers": ["pkc-1.confluent.cloud:9092"]}
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ({**SELF_MANAGED, "auth": {"mechanism": "iam"}}, "auth.mechanism 'iam': kind 'kafka' takes one of none,"),
+        (
+            {"cluster_arn": CLUSTER_ARN, "topic": "orders", "auth": {"mechanism": "plain", "secret_arn": SECRET}},
+            "auth.mechanism 'plain': kind 'msk' takes one of iam, sasl_scram_512, mtls",
+        ),
+        ({**SELF_MANAGED, "auth": {"mechanism": "sasl_scram_256"}}, "secret_arn is required with mechanism"),
+        ({**SELF_MANAGED, "auth": {"mechanism": "none", "secret_arn": SECRET}}, "mechanism 'none' uses no secret"),
+        (
+            {"cluster_arn": CLUSTER_ARN, "topic": "orders",
+             "auth": {"mechanism": "sasl_scram_512", "secret_arn": SECRET}},
+            "MSK reads SASL/SCRAM credentials only from secrets named AmazonMSK_..., got 'kafka-creds-AbCdEf'",
+        ),
+        (
+            {"cluster_arn": CLUSTER_ARN, "topic": "orders", "network": {"subnet_ids": ["subnet-0abc1234"],
+             "security_group_ids": ["sg-0abc1234"]}},
+            "network is for self-managed Kafka",
+        ),
+        (
+            {"cluster_arn": CLUSTER_ARN, "topic": "orders",
+             "auth": {"mechanism": "mtls", "secret_arn": SECRET, "root_ca_secret_arn": SECRET}},
+            "root_ca_secret_arn is for self-managed Kafka",
+        ),
+        ({**SELF_MANAGED, "network": {"subnet_ids": ["vpc-1"], "security_group_ids": ["sg-0abc1234"]}}, "subnet id"),
+        ({**SELF_MANAGED, "bootstrap_servers": ["no-port"]}, "'no-port' is not host:port"),
+        ({**SELF_MANAGED, "auth": {"mechanism": "none", "kms_key_arn": KEY}}, "no secret it would decrypt"),
+        (
+            {"kind": "kinesis", "stream_arn": "arn:aws:kinesis:us-east-1:123456789012:stream/orders",
+             "auth": {"mechanism": "none"}},
+            "auth is for Kafka sources, not kind 'kinesis'",
+        ),
+    ],
+)  # fmt: skip
+def test_kafka_auth_and_network_are_checked_against_the_kind(source: dict[str, Any], message: str) -> None:
+    assert message in config_error(minimal(source=source))
+
+
+def test_each_kafka_kind_has_a_default_auth_mechanism() -> None:
+    msk = parse_config(minimal(source={"cluster_arn": CLUSTER_ARN, "topic": "orders"})).streams[0].source
+    kafka = parse_config(minimal(source=SELF_MANAGED)).streams[0].source
+    scram = {"mechanism": "sasl_scram_512", "secret_arn": MSK_SECRET, "kms_key_arn": KEY}
+    chosen = parse_config(minimal(source={"cluster_arn": CLUSTER_ARN, "topic": "orders", "auth": scram}))
+    assert (msk.auth_mechanism, kafka.auth_mechanism, chosen.streams[0].source.auth_mechanism) == (
+        "iam",
+        "none",
+        "sasl_scram_512",
+    )
 
 
 @pytest.mark.parametrize("topic", ["../etc", "a/b", "", "x" * 250, "orders topic", "orders\n"])
@@ -745,6 +804,8 @@ def test_kinesis_source_takes_its_topic_from_the_stream_arn() -> None:
         "starting_position_timestamp": None,
         "consumer": "shared",
         "parallelization_factor": 1,
+        "auth": None,
+        "network": None,
     }
     assert stream.source.shape is KINESIS_SHAPE
     assert stream.csv_columns == (

@@ -60,9 +60,15 @@ CASES: list[tuple[str, Edit, str]] = [
         r"streams\[0\]\.source\.batching_window",
     ),
     (
-        "self-managed Kafka",
-        _set("streams.0.source", {"kind": "kafka", "topic": "orders", "bootstrap_servers": ["b:9092"]}),
-        r"streams\[0\]\.source\.kind",
+        "SASL/SCRAM on MSK from a secret MSK cannot read",
+        _set(
+            "streams.0.source.auth",
+            {
+                "mechanism": "sasl_scram_512",
+                "secret_arn": "arn:aws:secretsmanager:us-east-1:123456789012:secret:kafka-AbCdEf",
+            },
+        ),
+        r"streams\[0\]\.source: .*secrets named AmazonMSK_",
     ),
     ("image missing", _set("pipeline.image_uri", None), r"pipeline\.image_uri is required"),
     ("bad image URI", _set("pipeline.image_uri", "docker.io/tidemark:1"), r"pipeline\.image_uri: String should match"),

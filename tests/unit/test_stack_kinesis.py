@@ -363,10 +363,17 @@ def test_provisioned_pollers_are_refused_for_kinesis(example_config: TidemarkCon
         TidemarkStack(App(context=cdk_context()), "Tidemark", config=config, nag=False)
 
 
-def test_self_managed_kafka_is_still_refused(example_config: TidemarkConfig) -> None:
+def test_all_three_source_kinds_deploy_side_by_side(example_config: TidemarkConfig) -> None:
     stream = {"name": "logs", "source": {"kind": "kafka", "topic": "logs", "bootstrap_servers": ["b:9092"]}}
-    with pytest.raises(ConfigError, match=r"streams\[1\]\.source\.kind: .*'kafka'"):
-        TidemarkStack(App(context=cdk_context()), "Tidemark", config=with_streams(example_config, stream), nag=False)
+    stack = TidemarkStack(
+        App(context=cdk_context()), "Tidemark", config=with_streams(example_config, stream, clicks()), nag=False
+    )
+    mappings = Template.from_stack(stack).find_resources("AWS::Lambda::EventSourceMapping").values()
+    reads = sorted(
+        "brokers" if "SelfManagedEventSource" in m["Properties"] else m["Properties"]["EventSourceArn"].split(":")[2]
+        for m in mappings
+    )
+    assert reads == ["brokers", "kafka", "kinesis"]  # self-managed brokers, the MSK cluster, the Kinesis stream
 
 
 def test_a_stream_of_another_region_is_refused(example_config: TidemarkConfig) -> None:

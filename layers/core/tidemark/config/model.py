@@ -30,6 +30,16 @@ from tidemark.names import S3_PREFIX, STREAM_NAME, TOPIC_NAME
 from tidemark.sources import ALL_ENVELOPE_COLUMNS, KAFKA_SHAPE, KINESIS_STREAM_ARN, SourceShape, shape_of
 
 MSK_CLUSTER_ARN = r"^arn:aws[a-z-]*:kafka:[a-z0-9-]+:\d{12}:cluster/[A-Za-z0-9-]{1,64}/[A-Za-z0-9-]+$"
+SECRET_ARN = r"^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:[A-Za-z0-9/_+=.@-]{1,512}$"
+KMS_KEY_ARN = r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[A-Za-z0-9-]{1,64}$"
+BOOTSTRAP_SERVER = r"^[A-Za-z0-9.-]{1,253}:\d{1,5}$"
+#: how an event source mapping authenticates to each Kafka kind (the first is the default)
+KAFKA_AUTH_MECHANISMS = {
+    "msk": ("iam", "sasl_scram_512", "mtls"),
+    "kafka": ("none", "sasl_scram_256", "sasl_scram_512", "plain", "mtls"),
+}
+#: MSK only reads SASL/SCRAM credentials from secrets whose names start with this
+MSK_SCRAM_SECRET_PREFIX = "AmazonMSK_"
 IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
 
 MiB = 1024 * 1024
@@ -38,6 +48,61 @@ GiB = 1024 * MiB
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class KafkaAuthConfig(_Model):
+    """How the event source mapping authenticates to the brokers (the stack's setting: the
+    embedded runner reads a local broker without authentication).
+
+    ``mechanism``: MSK ``iam`` (the default), ``sasl_scram_512`` or ``mtls``; self-managed Kafka
+    ``none`` (the default), ``sasl_scram_256``, ``sasl_scram_512``, ``plain`` (SASL/PLAIN, e.g.
+    Confluent Cloud's API keys) or ``mtls``. ``secret_arn``: the Secrets Manager secret with the
+    credentials (``username``/``password``) or the client certificate (``certificate``,
+    ``privateKey``) -- required for every mechanism but ``iam`` and ``none``. ``root_ca_secret_arn``
+    (self-managed only): the brokers' certificate authority, when a private CA signed their
+    certificates. ``kms_key_arn``: the customer-managed key the secrets are encrypted with (MSK
+    requires one for SASL/SCRAM secrets)."""
+
+    mechanism: Literal["iam", "sasl_scram_256", "sasl_scram_512", "plain", "mtls", "none"]
+    secret_arn: str | None = Field(default=None, pattern=SECRET_ARN)
+    root_ca_secret_arn: str | None = Field(default=None, pattern=SECRET_ARN)
+    kms_key_arn: str | None = Field(default=None, pattern=KMS_KEY_ARN)
+
+    @model_validator(mode="after")
+    def _secret(self) -> KafkaAuthConfig:
+        keyless = self.mechanism in ("iam", "none")
+        if keyless and self.secret_arn is not None:
+            raise ValueError(f"secret_arn: mechanism {self.mechanism!r} uses no secret")
+        if not keyless and self.secret_arn is None:
+            raise ValueError(f"secret_arn is required with mechanism {self.mechanism!r}")
+        if self.kms_key_arn is not None and self.secret_arn is None and self.root_ca_secret_arn is None:
+            raise ValueError("kms_key_arn: there is no secret it would decrypt")
+        return self
+
+
+class KafkaNetworkConfig(_Model):
+    """Self-managed brokers in a VPC: the subnets and security groups the event source mapping's
+    pollers join to reach them (they also need Lambda, STS and, with a secret, Secrets Manager:
+    a NAT gateway or interface endpoints in that VPC). Omitted: the brokers' public endpoint."""
+
+    subnet_ids: list[str] = Field(min_length=1, max_length=16)
+    security_group_ids: list[str] = Field(min_length=1, max_length=5)
+
+    @field_validator("subnet_ids")
+    @classmethod
+    def _subnets(cls, value: list[str]) -> list[str]:
+        for item in value:
+            if not re.match(r"^subnet-[0-9a-f]{8,17}$", item):
+                raise ValueError(f"{item!r} is not a subnet id (subnet-...)")
+        return value
+
+    @field_validator("security_group_ids")
+    @classmethod
+    def _groups(cls, value: list[str]) -> list[str]:
+        for item in value:
+            if not re.match(r"^sg-[0-9a-f]{8,17}$", item):
+                raise ValueError(f"{item!r} is not a security group id (sg-...)")
+        return value
 
 
 class SourceConfig(_Model):
@@ -56,6 +121,8 @@ class SourceConfig(_Model):
     starting_position_timestamp: datetime | None = None
     consumer: Literal["shared", "efo"] = "shared"
     parallelization_factor: int = 1
+    auth: KafkaAuthConfig | None = None  # Kafka kinds: how the mapping authenticates (default per kind)
+    network: KafkaNetworkConfig | None = None  # self-managed Kafka in a VPC (default: a public endpoint)
 
     @model_validator(mode="before")
     @classmethod
@@ -97,9 +164,16 @@ class SourceConfig(_Model):
             wrong = [name for name, given in kinesis_only.items() if given]
             if wrong:
                 raise ValueError(f"{', '.join(wrong)}: only for kind 'kinesis'")
+            self._check_kafka_access()
             return self
-        for name, given in {"cluster_arn": self.cluster_arn, "bootstrap_servers": self.bootstrap_servers}.items():
-            if given is not None:
+        kafka_only = {
+            "cluster_arn": self.cluster_arn is not None,
+            "bootstrap_servers": self.bootstrap_servers is not None,
+            "auth": self.auth is not None,
+            "network": self.network is not None,
+        }
+        for name, given in kafka_only.items():
+            if given:
                 raise ValueError(f"{name} is for Kafka sources, not kind 'kinesis'")
         if self.consumer_group_id is not None:
             raise ValueError("consumer_group_id is for Kafka sources, not kind 'kinesis'")
@@ -112,6 +186,36 @@ class SourceConfig(_Model):
         if (self.starting_position == "AT_TIMESTAMP") != (self.starting_position_timestamp is not None):
             raise ValueError("starting_position_timestamp goes with starting_position AT_TIMESTAMP, and only with it")
         return self
+
+    def _check_kafka_access(self) -> None:
+        allowed = KAFKA_AUTH_MECHANISMS[self.kind]
+        auth = self.auth
+        if auth is not None and auth.mechanism not in allowed:
+            raise ValueError(f"auth.mechanism {auth.mechanism!r}: kind {self.kind!r} takes one of {', '.join(allowed)}")
+        if self.kind == "msk":
+            if self.network is not None:
+                raise ValueError("network is for self-managed Kafka: an MSK mapping reaches the cluster in its own VPC")
+            if auth is not None and auth.root_ca_secret_arn is not None:
+                raise ValueError("auth.root_ca_secret_arn is for self-managed Kafka: MSK's certificates are public")
+            if auth is not None and auth.mechanism == "sasl_scram_512":
+                name = (auth.secret_arn or "").split(":secret:", 1)[-1]
+                if not name.startswith(MSK_SCRAM_SECRET_PREFIX):
+                    raise ValueError(
+                        f"auth.secret_arn: MSK reads SASL/SCRAM credentials only from secrets named "
+                        f"{MSK_SCRAM_SECRET_PREFIX}..., got {name!r}"
+                    )
+        if self.kind == "kafka":
+            for server in self.bootstrap_servers or ():
+                if not re.match(BOOTSTRAP_SERVER, server):
+                    raise ValueError(f"bootstrap_servers: {server!r} is not host:port")
+
+    @property
+    def auth_mechanism(self) -> str:
+        """How the mapping authenticates: ``auth.mechanism``, or the kind's default (MSK ``iam``,
+        self-managed ``none``); ``""`` for Kinesis."""
+        if self.kind == "kinesis":
+            return ""
+        return self.auth.mechanism if self.auth is not None else KAFKA_AUTH_MECHANISMS[self.kind][0]
 
     @property
     def shape(self) -> SourceShape:

@@ -1,0 +1,162 @@
+"""Every Kafka source kind and auth mode the stack deploys: the mapping's wiring (what it reads,
+how it authenticates, where its pollers run), least-privilege grants (only the named secret and
+key), and cdk-nag clean."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from aws_cdk.assertions import Template
+
+from tests.support.cdk import synth_stack, with_changes
+from tests.unit.test_stack_nag import findings, nagged
+from tidemark.config import TidemarkConfig
+
+SECRET = "arn:aws:secretsmanager:us-east-1:123456789012:secret:kafka-creds-AbCdEf"
+MSK_SECRET = "arn:aws:secretsmanager:us-east-1:123456789012:secret:AmazonMSK_orders-AbCdEf"
+CA_SECRET = "arn:aws:secretsmanager:us-east-1:123456789012:secret:kafka-root-ca-AbCdEf"
+KEY = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+BROKERS = ["pkc-12345.us-east-1.aws.confluent.cloud:9092"]
+SUBNETS = ["subnet-0bbbbbbbbbbbbbbb1", "subnet-0bbbbbbbbbbbbbbb2"]
+GROUPS = ["sg-0ccccccccccccccc1"]
+
+
+def with_source(config: TidemarkConfig, **source: Any) -> TidemarkConfig:
+    stream = json.loads(config.model_dump_json())["streams"][0]
+    if source.get("kind") == "kafka":
+        stream["source"] = {"topic": "orders", **source}
+    else:
+        stream["source"] = {**stream["source"], **source}
+    return with_changes(config, streams=[stream])
+
+
+def archiver_statements(template: Template) -> list[dict[str, Any]]:
+    """The archiver role's policy statements (the mapping's permissions are its target's)."""
+    return [
+        statement
+        for policy in template.find_resources("AWS::IAM::Policy").values()
+        if any("Archiver" in role["Ref"] for role in policy["Properties"]["Roles"])
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+    ]
+
+
+def actions_on(statements: list[dict[str, Any]], resource: str) -> set[str]:
+    found: set[str] = set()
+    for statement in statements:
+        resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+        if resource in resources:
+            actions = statement["Action"]
+            found.update([actions] if isinstance(actions, str) else actions)
+    return found
+
+
+def mapping(template: Template) -> dict[str, Any]:
+    [found] = template.find_resources("AWS::Lambda::EventSourceMapping").values()
+    properties: dict[str, Any] = found["Properties"]
+    return properties
+
+
+def test_msk_with_iam_names_no_secret_and_grants_the_topic_and_group(example_config: TidemarkConfig) -> None:
+    _, template = synth_stack(example_config, nag=False)
+    props = mapping(template)
+    assert "SourceAccessConfigurations" not in props and props["EventSourceArn"].startswith("arn:aws:kafka:")
+    statements = json.dumps(archiver_statements(template))
+    assert "kafka-cluster:ReadData" in statements and "secretsmanager" not in statements
+
+
+@pytest.mark.parametrize(
+    ("auth", "access_type"),
+    [
+        ({"mechanism": "sasl_scram_512", "secret_arn": MSK_SECRET, "kms_key_arn": KEY}, "SASL_SCRAM_512_AUTH"),
+        ({"mechanism": "mtls", "secret_arn": SECRET}, "CLIENT_CERTIFICATE_TLS_AUTH"),
+    ],
+)
+def test_msk_with_a_secret_reads_the_cluster_with_it(
+    example_config: TidemarkConfig, auth: dict[str, str], access_type: str
+) -> None:
+    _, template = synth_stack(with_source(example_config, auth=auth), nag=False)
+    props = mapping(template)
+    assert props["SourceAccessConfigurations"] == [{"Type": access_type, "URI": auth["secret_arn"]}]
+    assert props["AmazonManagedKafkaEventSourceConfig"] == {"ConsumerGroupId": "tidemark-orders"}
+    statements = archiver_statements(template)
+    assert actions_on(statements, auth["secret_arn"]) == {"secretsmanager:GetSecretValue"}
+    text = json.dumps(statements)
+    assert "kafka-cluster:" not in text  # IAM's data-plane actions only go with IAM auth
+    assert "kafka:GetBootstrapBrokers" in text
+    # one statement reads secrets: that one secret
+    assert [s["Resource"] for s in statements if "secretsmanager" in json.dumps(s["Action"])] == [auth["secret_arn"]]
+    if "kms_key_arn" in auth:
+        [decrypt] = [s for s in statements if s.get("Sid") == "KafkaSecretsKey"]
+        assert decrypt["Resource"] == KEY and decrypt["Action"] == "kms:Decrypt"
+        assert decrypt["Condition"] == {"StringEquals": {"kms:ViaService": "secretsmanager.us-east-1.amazonaws.com"}}
+
+
+@pytest.mark.parametrize(
+    ("auth", "expected"),
+    [
+        (None, []),
+        ({"mechanism": "plain", "secret_arn": SECRET}, [{"Type": "BASIC_AUTH", "URI": SECRET}]),
+        ({"mechanism": "sasl_scram_256", "secret_arn": SECRET}, [{"Type": "SASL_SCRAM_256_AUTH", "URI": SECRET}]),
+        ({"mechanism": "sasl_scram_512", "secret_arn": SECRET}, [{"Type": "SASL_SCRAM_512_AUTH", "URI": SECRET}]),
+        (
+            {"mechanism": "mtls", "secret_arn": SECRET, "root_ca_secret_arn": CA_SECRET},
+            [
+                {"Type": "CLIENT_CERTIFICATE_TLS_AUTH", "URI": SECRET},
+                {"Type": "SERVER_ROOT_CA_CERTIFICATE", "URI": CA_SECRET},
+            ],
+        ),
+    ],
+)
+def test_self_managed_kafka_on_a_public_endpoint(
+    example_config: TidemarkConfig, auth: dict[str, str] | None, expected: list[dict[str, str]]
+) -> None:
+    config = with_source(example_config, kind="kafka", bootstrap_servers=BROKERS, auth=auth)
+    _, template = synth_stack(config, nag=False)
+    props = mapping(template)
+    assert "EventSourceArn" not in props
+    assert props["SelfManagedEventSource"] == {"Endpoints": {"KafkaBootstrapServers": BROKERS}}
+    assert props["SelfManagedKafkaEventSourceConfig"] == {"ConsumerGroupId": "tidemark-orders"}
+    assert props.get("SourceAccessConfigurations", []) == expected
+    assert props["Topics"] == ["orders"] and props["StartingPosition"] == "TRIM_HORIZON"
+    statements = archiver_statements(template)
+    secrets = [s for s in statements if "secretsmanager:GetSecretValue" in json.dumps(s["Action"])]
+    wanted = [item["URI"] for item in expected]
+    assert [s["Resource"] for s in secrets] == ([wanted if len(wanted) > 1 else wanted[0]] if wanted else [])
+    assert "kafka" not in json.dumps([s["Action"] for s in statements])  # no MSK action for another cluster
+    assert "OffsetLag" in json.dumps(template.find_resources("AWS::CloudWatch::Alarm"))  # lag alarms, as MSK's
+
+
+def test_self_managed_kafka_in_a_vpc_places_the_pollers_in_its_subnets(example_config: TidemarkConfig) -> None:
+    network = {"subnet_ids": SUBNETS, "security_group_ids": GROUPS}
+    auth = {"mechanism": "sasl_scram_512", "secret_arn": SECRET, "kms_key_arn": KEY}
+    config = with_source(example_config, kind="kafka", bootstrap_servers=BROKERS, auth=auth, network=network)
+    _, template = synth_stack(config, nag=False)
+    assert mapping(template)["SourceAccessConfigurations"] == [
+        {"Type": "SASL_SCRAM_512_AUTH", "URI": SECRET},
+        {"Type": "VPC_SUBNET", "URI": f"subnet:{SUBNETS[0]}"},
+        {"Type": "VPC_SUBNET", "URI": f"subnet:{SUBNETS[1]}"},
+        {"Type": "VPC_SECURITY_GROUP", "URI": f"security_group:{GROUPS[0]}"},
+    ]
+    [describe] = [s for s in archiver_statements(template) if s.get("Sid") == "KafkaNetworkDescribe"]
+    assert set(describe["Action"]) == {"ec2:DescribeVpcs", "ec2:DescribeSecurityGroups", "ec2:DescribeSubnets"}
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        {"auth": {"mechanism": "sasl_scram_512", "secret_arn": MSK_SECRET, "kms_key_arn": KEY}},
+        {"auth": {"mechanism": "mtls", "secret_arn": SECRET}},
+        {"kind": "kafka", "bootstrap_servers": BROKERS, "auth": {"mechanism": "plain", "secret_arn": SECRET}},
+        {
+            "kind": "kafka",
+            "bootstrap_servers": BROKERS,
+            "auth": {"mechanism": "mtls", "secret_arn": SECRET, "root_ca_secret_arn": CA_SECRET, "kms_key_arn": KEY},
+            "network": {"subnet_ids": SUBNETS, "security_group_ids": GROUPS},
+        },
+    ],
+    ids=["msk-scram", "msk-mtls", "kafka-plain", "kafka-mtls-vpc"],
+)
+def test_every_auth_mode_is_nag_clean(example_config: TidemarkConfig, source: dict[str, Any]) -> None:
+    assert findings(nagged(with_source(example_config, **source))) == []
