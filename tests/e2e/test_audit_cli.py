@@ -106,3 +106,22 @@ def test_status_lists_every_partition_and_flags_none_when_all_is_in_s3(whole):
     text = tidemark("status", "--config", CONFIG, *where)
     assert text.returncode == 0, text.stderr
     assert "partition 1: staged 119, in S3 through 119, 0 open buffers" in text.stdout
+
+
+def test_kafka_client_settings_come_from_a_properties_file(whole, kafka_bootstrap, tmp_path):
+    """``--kafka-config``: what a real cluster needs (SASL, TLS) reaches the client; a property
+    librdkafka refuses, or a line that is no property, is a one-line error."""
+    good, unknown, broken = tmp_path / "good.properties", tmp_path / "unknown.properties", tmp_path / "broken"
+    good.write_text(
+        "# as a Java client's file\n\nclient.id = tidemark-ops\n! another comment\nsocket.timeout.ms=20000\n"
+    )
+    unknown.write_text("no.such.property=1\n")
+    broken.write_text("client.id=x\nsasl.mechanism\n")
+    args = ("audit", "--stream", "orders", "--config", CONFIG, *where(whole), "--bootstrap-servers", kafka_bootstrap)
+    done = tidemark(*args, "--kafka-config", good)
+    assert done.returncode == 0, done.stderr
+    refused = tidemark(*args, "--kafka-config", unknown)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert "Kafka client settings" in refused.stderr and "no.such.property" in refused.stderr
+    malformed = tidemark(*args, "--kafka-config", broken)
+    assert malformed.returncode == 2 and f"{broken}:2: expected key=value, got 'sasl.mechanism'" in malformed.stderr

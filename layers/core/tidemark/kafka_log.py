@@ -36,7 +36,8 @@ class KafkaLog:
                 "--bootstrap-servers needs confluent-kafka (pip install 'tidemark[demo]')"
             ) from None
         self.topic = topic
-        self._consumer = Consumer(
+        self._consumer = client_or_error(
+            Consumer,
             {
                 "bootstrap.servers": bootstrap_servers,
                 "group.id": "tidemark-operator",  # never subscribes or commits: offsets are assigned
@@ -47,7 +48,7 @@ class KafkaLog:
                 # default 500 (every question here reads to the end at least once).
                 "fetch.wait.max.ms": 50,
                 **(settings or {}),
-            }
+            },
         )
 
     def close(self) -> None:
@@ -188,3 +189,15 @@ def record_of(message: Any) -> Record:
     headers = tuple((name, data or b"") for name, data in message.headers() or ())
     value = message.value() or b""
     return Record(message.topic(), message.partition(), message.offset(), timestamp, value, message.key(), headers)
+
+
+def client_or_error(client: Any, settings: dict[str, Any]) -> Any:
+    """A confluent-kafka client; a setting librdkafka refuses (an unknown property, a bad value)
+    becomes a one-line ``SourceUnavailableError`` naming it."""
+    from confluent_kafka import KafkaException
+
+    try:
+        return client(settings)
+    except (KafkaException, ValueError, TypeError) as exc:
+        reason = exc.args[0].str() if isinstance(exc, KafkaException) and exc.args else str(exc)
+        raise SourceUnavailableError(f"Kafka client settings: {reason}") from None

@@ -20,10 +20,12 @@ from tidemark.cli.target import (
     ConfigOption,
     EndpointOption,
     JsonOption,
+    KafkaConfigOption,
     StackOption,
     StreamOption,
     TableOption,
     check_hours,
+    kafka_settings,
     load_streams,
     resolve,
 )
@@ -41,6 +43,7 @@ def audit(
         str | None,
         typer.Option(help="Kafka brokers: a gap in the archive is a loss only where the topic still holds records."),
     ] = None,
+    kafka_config: KafkaConfigOption = None,
     stack_name: StackOption = None,
     bucket: BucketOption = None,
     ledger_table: TableOption = None,
@@ -53,6 +56,7 @@ def audit(
     with one_line_errors():
         check_hours(from_hour, to_hour)
         loaded = load_streams(config, stream)
+        settings = kafka_settings(kafka_config)
         target = resolve(stack_name, bucket, ledger_table, endpoint_url)
         ledger = DynamoDBLedger(target.table, client=target.dynamodb())
         with ExitStack() as stack:
@@ -60,7 +64,9 @@ def audit(
             if bootstrap_servers:
                 from tidemark.kafka_log import KafkaLog
 
-                probe = stack.enter_context(KafkaLog(bootstrap_servers, loaded.stream(stream).source.topic))
+                probe = stack.enter_context(
+                    KafkaLog(bootstrap_servers, loaded.stream(stream).source.topic, settings=settings)
+                )
             auditor = Auditor(loaded, stream, ledger, target.s3(), target.bucket, probe=probe)
             report = auditor.run(from_hour, to_hour, progress=None if as_json else progress("audit", "objects read"))
     if as_json:

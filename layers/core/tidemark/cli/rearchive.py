@@ -18,9 +18,11 @@ from tidemark.cli.target import (
     ConfigOption,
     EndpointOption,
     JsonOption,
+    KafkaConfigOption,
     StackOption,
     StreamOption,
     TableOption,
+    kafka_settings,
     load_streams,
     partition_ids,
     resolve,
@@ -39,6 +41,7 @@ def rearchive(
     to_offset: Annotated[int, typer.Option(min=0, help="Last offset of the range (inclusive).")],
     bootstrap_servers: Annotated[str, typer.Option(help="Kafka brokers to fetch the range from again.")],
     config: ConfigOption = DEFAULT_CONFIG,
+    kafka_config: KafkaConfigOption = None,
     stack_name: StackOption = None,
     bucket: BucketOption = None,
     ledger_table: TableOption = None,
@@ -51,6 +54,7 @@ def rearchive(
     the range, or holds other records there."""
     with one_line_errors():
         loaded = load_streams(config, stream)
+        settings = kafka_settings(kafka_config)
         [partition_id] = partition_ids([partition])
         target = resolve(stack_name, bucket, ledger_table, endpoint_url)
         with tempfile.TemporaryDirectory(prefix="tidemark-rearchive-") as scratch:
@@ -67,7 +71,7 @@ def rearchive(
             )
             stream_config = loaded.stream(stream)
             writer = runtime.writer(stream_config, partition_id)
-            with KafkaLog(bootstrap_servers, stream_config.source.topic) as log:
+            with KafkaLog(bootstrap_servers, stream_config.source.topic, settings=settings) as log:
                 report = Rearchiver(writer, runtime.ledger, log).run(from_offset, to_offset)
     if as_json:
         print(json.dumps(report.to_dict(), indent=2))

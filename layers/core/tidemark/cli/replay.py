@@ -20,9 +20,11 @@ from tidemark.cli.target import (
     ConfigOption,
     EndpointOption,
     JsonOption,
+    KafkaConfigOption,
     StackOption,
     TableOption,
     check_hours,
+    kafka_settings,
     load_streams,
     partition_ids,
     resolve,
@@ -68,6 +70,7 @@ def replay(
         ),
     ] = True,
     config: ConfigOption = DEFAULT_CONFIG,
+    kafka_config: KafkaConfigOption = None,
     stack_name: StackOption = None,
     bucket: BucketOption = None,
     ledger_table: TableOption = None,
@@ -91,11 +94,12 @@ def replay(
         if partitioner not in PARTITIONERS:
             raise ConfigError(f"--partitioner {partitioner!r}: one of {', '.join(PARTITIONERS)}")
         loaded = load_streams(config, stream)
+        settings = kafka_settings(kafka_config)
         chosen = partition_ids(partitions) if partitions else None
         target = resolve(stack_name, bucket, ledger_table, endpoint_url)
         ledger = DynamoDBLedger(target.table, client=target.dynamodb())
         with ExitStack() as stack:
-            kafka = stack.enter_context(KafkaTarget(bootstrap_servers, topic))
+            kafka = stack.enter_context(KafkaTarget(bootstrap_servers, topic, settings=settings))
             replayer = Replayer(
                 loaded,
                 stream,

@@ -17,8 +17,10 @@ from tidemark.cli.target import (
     ConfigOption,
     EndpointOption,
     JsonOption,
+    KafkaConfigOption,
     StackOption,
     TableOption,
+    kafka_settings,
     load_streams,
     partition_ids,
     resolve,
@@ -51,6 +53,7 @@ def status(
             "interval plus 5 if that is longer: the sweeper flushes idle buffers once per interval).",
         ),
     ] = None,
+    kafka_config: KafkaConfigOption = None,
     stack_name: StackOption = None,
     bucket: BucketOption = None,
     ledger_table: TableOption = None,
@@ -69,6 +72,7 @@ def status(
             grace_ms = max(DEFAULT_GRACE_MS, loaded.sweeper.interval_ms + 5 * 60_000)
         else:
             grace_ms = int(grace_minutes * 60_000)
+        settings = kafka_settings(kafka_config)
         results: list[StreamStatus] = []
         for candidate in loaded.streams:
             if stream is not None and candidate.name != stream:
@@ -78,7 +82,7 @@ def status(
                 if bootstrap_servers and candidate.source.kind != KINESIS:
                     from tidemark.kafka_log import KafkaLog
 
-                    source = stack.enter_context(KafkaLog(bootstrap_servers, candidate.source.topic))
+                    source = stack.enter_context(KafkaLog(bootstrap_servers, candidate.source.topic, settings=settings))
                 wanted = partition_ids(partitions or [])
                 if source is not None:
                     wanted += source.partitions()

@@ -30,6 +30,13 @@ TABLE_OUTPUT = "LedgerTableName"
 
 StreamOption = Annotated[str, typer.Option(help="The stream, as named in the configuration.")]
 ConfigOption = Annotated[Path, typer.Option(help="Stream configuration.")]
+KafkaConfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        help="librdkafka client properties (key=value lines, as a Java client's .properties file) for the "
+        "brokers: security.protocol, sasl.mechanism, sasl.username, ssl.ca.location, ...",
+    ),
+]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the report as JSON instead of text.")]
 StackOption = Annotated[
     str | None, typer.Option("--stack-name", help="Read the bucket and ledger table from this stack's outputs.")
@@ -118,3 +125,25 @@ def check_hours(from_hour: str | None, to_hour: str | None) -> None:
             raise ConfigError(f"{name} {hour!r}: an event hour looks like 2026-11-21T07")
     if from_hour is not None and to_hour is not None and from_hour > to_hour:
         raise ConfigError(f"--from {from_hour} is after --to {to_hour}")
+
+
+def kafka_settings(path: Path | None) -> dict[str, str]:
+    """``--kafka-config``: ``key=value`` lines (``#``/``!`` comments and blank lines skipped), as
+    librdkafka and a Java client's ``.properties`` file spell them; a ``ConfigError`` naming the
+    line otherwise."""
+    if path is None:
+        return {}
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise ConfigError(f"--kafka-config {path}: {exc.strerror}") from None
+    settings = {}
+    for number, line in enumerate(lines, 1):
+        text = line.strip()
+        if not text or text[0] in "#!":
+            continue
+        key, separator, value = text.partition("=")
+        if not separator or not key.strip():
+            raise ConfigError(f"--kafka-config {path}:{number}: expected key=value, got {text!r}")
+        settings[key.strip()] = value.strip()
+    return settings

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from tidemark.exceptions import SourceUnavailableError
-from tidemark.kafka_log import KafkaLog
+from tidemark.kafka_log import KafkaLog, client_or_error
 from tidemark.replay.exceptions import DeliveryError, ReplayError
 
 Headers = tuple[tuple[str, bytes], ...]
@@ -78,14 +78,15 @@ class KafkaTarget:
         common = {"bootstrap.servers": bootstrap_servers, **(settings or {})}
         self._log = KafkaLog(bootstrap_servers, topic, settings={**READ_SETTINGS, **(settings or {})})
         self._failure: str | None = None
-        self._producer = Producer(
+        self._producer = client_or_error(
+            Producer,
             {
                 **common,
                 **PRODUCER_SETTINGS,
                 "logger": PRODUCER_LOG,
                 **(producer_settings or {}),
                 "error_cb": self._on_error,
-            }
+            },
         )
         self._since_poll = 0
 
