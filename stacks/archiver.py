@@ -158,6 +158,7 @@ class ArchiverConstruct(Construct):
             event_source_arn=source.event_source_arn(stream),  # MSK; self-managed Kafka: the brokers
             kafka_bootstrap_servers=src.bootstrap_servers if src.kind == "kafka" else None,
             source_access_configurations=source.access_configurations(stream) or None,
+            schema_registry_config=source.schema_registry(stream),
             kafka_topic=src.topic,
             kafka_consumer_group_id=consumer_group_id(stream),
             batch_size=src.batch_size,

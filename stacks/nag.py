@@ -21,6 +21,11 @@ from stacks.functions import TidemarkFunction
 ARCHIVE_PREFIX_OBJECTS = {"regex": "/^Resource::<[A-Za-z0-9]*ArchiveBucket[A-Za-z0-9]*\\.Arn>\\/.+\\/\\*$/g"}
 #: lambda:InvokeFunction on a function's versions and aliases (what LambdaInvoke grants)
 FUNCTION_VERSIONS = {"regex": "/^Resource::<[A-Za-z0-9]+Function[A-Za-z0-9]*\\.Arn>:\\*$/g"}
+#: glue:GetSchemaVersion on the schemas of the stream's Glue schema registry (what GlueSchemaRegistry grants)
+GLUE_REGISTRY_SCHEMAS = {
+    "regex": '/^Resource::\\["arn:\\$\\{AWS::Partition\\}:glue:\\$\\{AWS::Region\\}:\\$\\{AWS::AccountId\\}'
+    ':schema\\/\\$\\{registryName\\}\\/\\*",\\{"registryName":"[A-Za-z0-9_$#-]+"\\}\\]$/g'
+}
 JOB_RUNS = {"regex": "/^Resource::arn:<AWS::Partition>:emr-serverless:.*\\/jobruns\\/\\*$/g"}
 
 PREFIX_REASON = (
@@ -56,6 +61,13 @@ def apply_nag(stack: Stack) -> None:
             )
             _suppress(construct.role, "AwsSolutions-IAM5", STAR_FUNCTION_REASON, "Resource::*")
             _suppress(construct.role, "AwsSolutions-IAM5", PREFIX_REASON, ARCHIVE_PREFIX_OBJECTS)
+            _suppress(
+                construct.role,
+                "AwsSolutions-IAM5",
+                "glue:GetSchemaVersion on the schemas of the one Glue schema registry the stream's mapping "
+                "validates records with (source.schema_registry); its schemas are registered by the producers.",
+                GLUE_REGISTRY_SCHEMAS,
+            )
         elif isinstance(construct, sfn.StateMachine):
             _suppress(
                 construct.role,

@@ -22,7 +22,9 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kinesis as kinesis
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_lambda_event_sources as sources
 from aws_cdk import aws_msk as msk
+from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 from tidemark.config import StreamConfig, TidemarkConfig
@@ -249,6 +251,39 @@ class SourceConstruct(Construct):
         if stream.source.kind == "kafka":
             return None
         return self.cluster_arn(stream)
+
+    def schema_registry(self, stream: StreamConfig) -> lambda_.ISchemaRegistry | None:
+        """The mapping's schema registry integration (``source.schema_registry``), or ``None``.
+
+        The constructs grant the archiver's role what the mapping reads with it, and nothing
+        more: a Glue registry and its schemas (``glue:GetRegistry``, ``glue:GetSchemaVersion``), or
+        a Confluent registry's one secret."""
+        registry = stream.source.schema_registry
+        if registry is None:
+            return None
+        record_format = lambda_.EventRecordFormat.of(registry.record_format.upper())
+        validate = [
+            lambda_.KafkaSchemaValidationConfig(attribute=lambda_.KafkaSchemaValidationAttribute.of(part.upper()))
+            for part in registry.validate_parts
+        ]
+        if registry.kind == "glue":
+            return sources.GlueSchemaRegistry(
+                schema_registry_arn=registry.registry_arn,
+                event_record_format=record_format,
+                schema_validation_configs=validate,
+            )
+        assert registry.url is not None and registry.secret_arn is not None  # the config model checks both
+        secret = secretsmanager.Secret.from_secret_complete_arn(
+            self, f"SchemaRegistrySecret-{stream.name}", registry.secret_arn
+        )
+        kinds = lambda_.KafkaSchemaRegistryAccessConfigType
+        return sources.ConfluentSchemaRegistry(
+            schema_registry_uri=registry.url,
+            event_record_format=record_format,
+            authentication_type=kinds.BASIC_AUTH if registry.auth == "basic" else kinds.CLIENT_CERTIFICATE_TLS_AUTH,
+            secret=secret,
+            schema_validation_configs=validate,
+        )
 
     @staticmethod
     def access_configurations(stream: StreamConfig) -> list[lambda_.SourceAccessConfiguration]:

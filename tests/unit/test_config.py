@@ -83,6 +83,7 @@ def test_example_config_loads_with_its_values() -> None:
         "parallelization_factor": 1,
         "auth": None,
         "network": None,
+        "schema_registry": None,
     }
     assert stream.event_time == EventTimeConfig(source="json_field", field="created_at", format="auto", timezone="UTC")
     assert stream.flush.max_records == 100_000
@@ -227,6 +228,34 @@ SELF_MANAGED = {"kind": "kafka", "topic": "orders", "bootstrap_servers": ["pkc-1
 )  # fmt: skip
 def test_kafka_auth_and_network_are_checked_against_the_kind(source: dict[str, Any], message: str) -> None:
     assert message in config_error(minimal(source=source))
+
+
+GLUE = {"kind": "glue", "registry_arn": "arn:aws:glue:us-east-1:123456789012:registry/orders"}
+POLLERS = {"provisioned_pollers": {"minimum": 1, "maximum": 2}}
+
+
+@pytest.mark.parametrize(
+    ("source", "archiver", "message"),
+    [
+        ({"schema_registry": GLUE}, {}, "source.schema_registry needs archiver.provisioned_pollers"),
+        ({"schema_registry": {**GLUE, "url": "https://r:8081"}}, POLLERS, "(IAM signs it in); not url"),
+        ({"schema_registry": {"kind": "confluent", "url": "https://r:8081"}}, POLLERS, "needs auth (basic |"),
+        ({"schema_registry": {**GLUE, "validate": ["value", "value"]}}, POLLERS, "validate: each part once"),
+        ({"schema_registry": {**GLUE, "record_format": "avro"}}, POLLERS, "Input should be 'json' or 'source'"),
+    ],
+)  # fmt: skip
+def test_schema_registry_settings_are_checked(source: dict[str, Any], archiver: dict[str, Any], message: str) -> None:
+    data = minimal(source={"cluster_arn": CLUSTER_ARN, "topic": "orders", **source}, archiver=archiver)
+    assert message in config_error(data)
+
+
+def test_a_schema_registry_config_survives_the_lambdas_round_trip() -> None:
+    """The Lambdas get the configuration dumped to JSON: ``validate`` (an alias) must read back."""
+    source = {"cluster_arn": CLUSTER_ARN, "topic": "orders", "schema_registry": {**GLUE, "validate": ["key", "value"]}}
+    config = parse_config(minimal(source=source, archiver=POLLERS))
+    again = parse_config(json.loads(config.model_dump_json()))
+    assert again.streams[0].source.schema_registry == config.streams[0].source.schema_registry
+    assert again.streams[0].source.schema_registry.validate_parts == ["key", "value"]  # type: ignore[union-attr]
 
 
 def test_each_kafka_kind_has_a_default_auth_mechanism() -> None:
@@ -806,6 +835,7 @@ def test_kinesis_source_takes_its_topic_from_the_stream_arn() -> None:
         "parallelization_factor": 1,
         "auth": None,
         "network": None,
+        "schema_registry": None,
     }
     assert stream.source.shape is KINESIS_SHAPE
     assert stream.csv_columns == (

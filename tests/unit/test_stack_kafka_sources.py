@@ -160,3 +160,53 @@ def test_self_managed_kafka_in_a_vpc_places_the_pollers_in_its_subnets(example_c
 )
 def test_every_auth_mode_is_nag_clean(example_config: TidemarkConfig, source: dict[str, Any]) -> None:
     assert findings(nagged(with_source(example_config, **source))) == []
+
+
+REGISTRY = "arn:aws:glue:us-east-1:123456789012:registry/orders"
+POLLERS = {"provisioned_pollers": {"minimum": 1, "maximum": 4}}
+
+
+def with_registry(config: TidemarkConfig, registry: dict[str, Any], **source: Any) -> TidemarkConfig:
+    stream = json.loads(config.model_dump_json())["streams"][0]
+    stream["source"] = {**stream["source"], **source, "schema_registry": registry}
+    stream["archiver"] = {**stream["archiver"], **POLLERS}
+    return with_changes(config, streams=[stream])
+
+
+def test_a_glue_registry_reaches_the_mapping_with_grants_on_it_only(example_config: TidemarkConfig) -> None:
+    registry = {"kind": "glue", "registry_arn": REGISTRY, "record_format": "json", "validate": ["key", "value"]}
+    _, template = synth_stack(with_registry(example_config, registry), nag=False)
+    assert mapping(template)["AmazonManagedKafkaEventSourceConfig"]["SchemaRegistryConfig"] == {
+        "EventRecordFormat": "JSON",
+        "SchemaRegistryURI": REGISTRY,
+        "SchemaValidationConfigs": [{"Attribute": "KEY"}, {"Attribute": "VALUE"}],
+    }
+    assert mapping(template)["ProvisionedPollerConfig"] == {"MinimumPollers": 1, "MaximumPollers": 4}
+    statements = archiver_statements(template)
+    assert actions_on(statements, REGISTRY) == {"glue:GetRegistry", "glue:GetSchemaVersion"}
+    assert "glue:*" not in json.dumps(statements)
+
+
+def test_a_confluent_registry_signs_in_with_its_secret(example_config: TidemarkConfig) -> None:
+    registry = {
+        "kind": "confluent",
+        "url": "https://psrc-12345.us-east-1.aws.confluent.cloud",
+        "auth": "basic",
+        "secret_arn": SECRET,
+        "record_format": "source",
+    }
+    stream = json.loads(example_config.model_dump_json())["streams"][0]
+    stream["source"] = {"kind": "kafka", "topic": "orders", "bootstrap_servers": BROKERS, "schema_registry": registry}
+    stream["archiver"] = {**stream["archiver"], **POLLERS}
+    _, template = synth_stack(with_changes(example_config, streams=[stream]), nag=False)
+    assert mapping(template)["SelfManagedKafkaEventSourceConfig"]["SchemaRegistryConfig"] == {
+        "AccessConfigs": [{"Type": "BASIC_AUTH", "URI": SECRET}],
+        "EventRecordFormat": "SOURCE",
+        "SchemaRegistryURI": "https://psrc-12345.us-east-1.aws.confluent.cloud",
+        "SchemaValidationConfigs": [{"Attribute": "VALUE"}],
+    }
+    assert actions_on(archiver_statements(template), SECRET) >= {"secretsmanager:GetSecretValue"}
+
+
+def test_a_registry_is_nag_clean(example_config: TidemarkConfig) -> None:
+    assert findings(nagged(with_registry(example_config, {"kind": "glue", "registry_arn": REGISTRY}))) == []

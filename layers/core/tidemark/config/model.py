@@ -30,6 +30,7 @@ from tidemark.names import S3_PREFIX, STREAM_NAME, TOPIC_NAME
 from tidemark.sources import ALL_ENVELOPE_COLUMNS, KAFKA_SHAPE, KINESIS_STREAM_ARN, SourceShape, shape_of
 
 MSK_CLUSTER_ARN = r"^arn:aws[a-z-]*:kafka:[a-z0-9-]+:\d{12}:cluster/[A-Za-z0-9-]{1,64}/[A-Za-z0-9-]+$"
+GLUE_REGISTRY_ARN = r"^arn:aws[a-z-]*:glue:[a-z0-9-]+:\d{12}:registry/[A-Za-z0-9_$#-]{1,255}$"
 SECRET_ARN = r"^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:[A-Za-z0-9/_+=.@-]{1,512}$"
 KMS_KEY_ARN = r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[A-Za-z0-9-]{1,64}$"
 BOOTSTRAP_SERVER = r"^[A-Za-z0-9.-]{1,253}:\d{1,5}$"
@@ -105,6 +106,45 @@ class KafkaNetworkConfig(_Model):
         return value
 
 
+class SchemaRegistryConfig(_Model):
+    """The event source mapping's schema registry integration (AWS runs it; provisioned mode only).
+
+    The mapping validates each record's ``validate`` parts (``value``, ``key``) against the
+    registry -- an AWS Glue Schema Registry (``registry_arn``) or a Confluent Schema Registry
+    (``url``, signed in with ``auth`` and its ``secret_arn``: basic credentials or a client
+    certificate) -- for Avro, Protobuf and JSON Schema
+    values, and delivers them as ``record_format``: ``json`` (the registry-decoded value as
+    JSON text) or ``source`` (the bytes as produced, schema metadata removed)."""
+
+    kind: Literal["glue", "confluent"]
+    registry_arn: str | None = Field(default=None, pattern=GLUE_REGISTRY_ARN)
+    url: str | None = Field(default=None, pattern=r"^https?://[A-Za-z0-9.-]+(:\d{1,5})?(/[^\s]*)?$")
+    auth: Literal["basic", "client_certificate"] | None = None
+    secret_arn: str | None = Field(default=None, pattern=SECRET_ARN)
+    record_format: Literal["json", "source"] = "json"
+    validate_parts: list[Literal["value", "key"]] = Field(default=["value"], alias="validate", min_length=1)
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _registry(self) -> SchemaRegistryConfig:
+        if self.kind == "glue":
+            given = [name for name in ("url", "auth", "secret_arn") if getattr(self, name)]
+            if self.registry_arn is None or given:
+                raise ValueError(
+                    "a glue registry takes registry_arn only (IAM signs it in)"
+                    + (f"; not {', '.join(given)}" if given else "")
+                )
+        else:
+            if self.url is None or self.registry_arn is not None:
+                raise ValueError("a confluent registry takes url, not registry_arn")
+            if self.auth is None or self.secret_arn is None:
+                raise ValueError("a confluent registry needs auth (basic | client_certificate) and its secret_arn")
+        if len(set(self.validate_parts)) != len(self.validate_parts):
+            raise ValueError("validate: each part once")
+        return self
+
+
 class SourceConfig(_Model):
     """Where the stream's records come from: an MSK cluster, a self-managed Kafka, or a Kinesis
     data stream (whose name, taken from ``stream_arn``, stands in ``topic``)."""
@@ -123,6 +163,7 @@ class SourceConfig(_Model):
     parallelization_factor: int = 1
     auth: KafkaAuthConfig | None = None  # Kafka kinds: how the mapping authenticates (default per kind)
     network: KafkaNetworkConfig | None = None  # self-managed Kafka in a VPC (default: a public endpoint)
+    schema_registry: SchemaRegistryConfig | None = None  # Kafka kinds: the mapping validates and decodes values
 
     @model_validator(mode="before")
     @classmethod
@@ -167,6 +208,7 @@ class SourceConfig(_Model):
             self._check_kafka_access()
             return self
         kafka_only = {
+            "schema_registry": self.schema_registry is not None,
             "cluster_arn": self.cluster_arn is not None,
             "bootstrap_servers": self.bootstrap_servers is not None,
             "auth": self.auth is not None,
@@ -578,6 +620,11 @@ class StreamConfig(_Model):
 
     @model_validator(mode="after")
     def _json_needs_json(self) -> StreamConfig:
+        if self.source.schema_registry is not None and self.archiver.provisioned_pollers is None:
+            raise ValueError(
+                "source.schema_registry needs archiver.provisioned_pollers: the mapping's registry "
+                "integration runs in provisioned mode only"
+            )
         if self.event_time.source == "json_field" and self.encoding.value != "json":
             raise ValueError("event_time.source 'json_field' needs encoding.value 'json'")
         if self.aggregations and self.encoding.value != "json":
