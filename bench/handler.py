@@ -97,7 +97,9 @@ Output
     ``moto_seconds`` (time moto spent serving the handler's requests),
     ``records_per_s_excl_moto`` / ``baseline_ratio_excl_moto`` (an estimate for an infinitely
     fast AWS), ``ledger_state_item_kb_max`` (sampled size of the partitions' ledger items, each
-    read and rewritten whole by every batch) and a correctness check: records committed (S3
+    read and rewritten whole by every batch), ``ledger_state_item_bytes_mean`` / ``_max`` (the
+    STATE item after every batch, sized by the ledger's ``item_size``: what an accept is billed
+    by) and a correctness check: records committed (S3
     metadata) + records still buffered (ledger) == records produced. ``--profile`` runs cProfile
     around the handler calls only, for every workload (one profiler each), and prints each
     one's top functions and per-package split on stderr; ``--profile-out PATH`` keeps the raw
@@ -499,14 +501,19 @@ def handler_call(
     return call
 
 
-def moto_housekeeping(workload: Workload, dynamodb: Any, item_kb: list[float]) -> Callable[[int], None]:
+def moto_housekeeping(
+    workload: Workload, dynamodb: Any, item_kb: list[float], item_bytes: list[int] | None = None
+) -> Callable[[int], None]:
     """Untimed, after every handler batch.
 
     moto keeps every model instance it ever created (``instances_tracked``, for its dashboard),
     so each version of the ledger's STATE item would stay in memory: that is moto's memory, not
     the handler's, and it would make ``rss_mb_end`` meaningless. Drop it after every batch.
     Every 10% of batches, also sample the size of each partition's STATE item (the JSON wire
-    size of its attributes): every batch reads and rewrites it whole.
+    size of its attributes): every batch reads and rewrites it whole. With ``item_bytes``, after
+    EVERY batch, also the size of each partition's STATE item as DynamoDB bills it (the ledger's
+    ``item_size``): the item the batch's accept (or its flush's commit) left, so their mean is the
+    mean item an accept writes (``ledger_state_item_bytes_mean``: the cost model's WRUs per accept).
     """
     from moto.core.model_instances import reset_model_data
 
@@ -521,8 +528,30 @@ def moto_housekeeping(workload: Workload, dynamodb: Any, item_kb: list[float]) -
                 ).get("Item", {})
                 wire = json.dumps(item, separators=(",", ":"), default=lambda raw: "b" * len(raw))
                 item_kb.append(len(wire) / 1024)
+        if item_bytes is not None:
+            for partition in range(workload.partitions):
+                raw = dynamodb.get_item(
+                    TableName=TABLE, Key={"pk": {"S": f"PART#{STREAM}#{partition}"}, "sk": {"S": "STATE"}}
+                ).get("Item")
+                if raw is not None:
+                    item_bytes.append(state_item_bytes(raw))
 
     return between
+
+
+def state_item_bytes(raw: dict[str, Any]) -> int:
+    """The size DynamoDB bills a STATE item written by an accept, as the ledger counts it
+    (``tidemark.ledger.dynamodb.item_size``: names plus values, numbers at their 21-byte maximum)."""
+    from boto3.dynamodb.types import Binary, TypeDeserializer
+
+    from tidemark.ledger.dynamodb import item_size
+
+    deserializer = TypeDeserializer()
+    plain: dict[str, Any] = {}
+    for name, value in raw.items():
+        decoded = deserializer.deserialize(value)
+        plain[name] = bytes(decoded) if isinstance(decoded, Binary) else decoded  # type: ignore[call-overload]
+    return item_size(plain)
 
 
 def iter_objects(s3: Any) -> Iterator[dict[str, Any]]:
@@ -633,13 +662,14 @@ def run_workload(
             gc.collect()
             rss_start = current_rss_mb()
             item_kb: list[float] = []
+            item_bytes: list[int] = []
             flushing: set[int] = set()
             handler = run_pass(
                 workload,
                 handler_call(module, sink, moto_timer, flushing),
                 label=f"handler p={workload.partitions}",
                 profiler=profiler,
-                between=moto_housekeeping(workload, dynamodb, item_kb),
+                between=moto_housekeeping(workload, dynamodb, item_kb, item_bytes),
             )
             accounting = account(module, s3, workload)
             log(
@@ -699,6 +729,8 @@ def run_workload(
         "rss_mb_after_warmup": round(handler.rss_mb_after_warmup, 1),
         "rss_mb_end": round(handler.rss_mb_end, 1),
         "ledger_state_item_kb_max": round(max(item_kb, default=0.0), 1),
+        "ledger_state_item_bytes_mean": round(statistics.fmean(item_bytes), 1) if item_bytes else None,
+        "ledger_state_item_bytes_max": max(item_bytes, default=None),
         "profiled": profiler is not None,
         "staging_records_per_s": round(staging_records / staging_seconds, 1) if staging_batches else None,
         "staging_baseline_ratio": round(staging_seconds / staging_baseline, 2) if staging_batches else None,

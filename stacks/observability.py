@@ -72,6 +72,10 @@ def failed_or_timed_out(machine: sfn.IStateMachine) -> cw.MathExpression:
     )
 
 
+#: the EFS throughput alarm: above this share of PermittedThroughput, for this many periods
+EFS_THROUGHPUT_ALARM_PERCENT = 80.0
+EFS_THROUGHPUT_ALARM_PERIODS = 3
+
 #: CloudWatch evaluates an alarm over at most seven days (period x evaluation periods)
 MAX_ALARM_MINUTES = 7 * 24 * 60
 
@@ -339,6 +343,7 @@ class ObservabilityConstruct(Construct):
                 "function's ERROR logs; `tidemark status` shows what is waiting",
             ),
         ]
+        alarms.append(self._efs_throughput_alarm())
         if self._pipeline is not None:
             alarms.append(
                 self._alarm(
@@ -348,6 +353,63 @@ class ObservabilityConstruct(Construct):
                 )
             )
         return alarms
+
+    def _efs_metric(self, name: str, statistic: str, label: str) -> cw.Metric:
+        return cw.Metric(
+            namespace="AWS/EFS",
+            metric_name=name,
+            dimensions_map={"FileSystemId": self._file_system.file_system_id},
+            statistic=statistic,
+            period=PERIOD,
+            label=label,
+        )
+
+    def efs_throughput_used(self) -> cw.MathExpression:
+        """EFS throughput used, in bytes/s: ``MeteredIOBytes`` (what the throughput limit counts)
+        summed over the period, per second."""
+        return cw.MathExpression(
+            expression="metered / PERIOD(metered)",
+            using_metrics={"metered": self._efs_metric("MeteredIOBytes", "Sum", "metered I/O bytes")},
+            label="throughput used (bytes/s)",
+            period=PERIOD,
+        )
+
+    def efs_throughput_permitted(self) -> cw.Metric:
+        """What the file system may use (bytes/s): provisioned, or Elastic's limit."""
+        return self._efs_metric("PermittedThroughput", "Average", "permitted throughput (bytes/s)")
+
+    def _efs_throughput_alarm(self) -> cw.Alarm:
+        """Throughput used above ``EFS_THROUGHPUT_ALARM_PERCENT`` of ``PermittedThroughput`` for
+        ``EFS_THROUGHPUT_ALARM_PERIODS`` periods: with ``staging.throughput: provisioned`` the
+        file system is about to throttle the archiver (raise ``provisioned_mibps`` or go Elastic)."""
+        percent = cw.MathExpression(
+            expression="100 * (metered / PERIOD(metered)) / permitted",
+            using_metrics={
+                "metered": self._efs_metric("MeteredIOBytes", "Sum", "metered I/O bytes"),
+                "permitted": self._efs_metric("PermittedThroughput", "Average", "permitted throughput"),
+            },
+            label="EFS throughput used (% of permitted)",
+            period=PERIOD,
+        )
+        construct_id = "EfsThroughput"
+        alarm = cw.Alarm(
+            self,
+            construct_id,
+            alarm_name=self._alarm_name(construct_id),
+            metric=percent,
+            threshold=EFS_THROUGHPUT_ALARM_PERCENT,
+            comparison_operator=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            evaluation_periods=EFS_THROUGHPUT_ALARM_PERIODS,
+            datapoints_to_alarm=EFS_THROUGHPUT_ALARM_PERIODS,
+            treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+            alarm_description=(
+                f"the staging file system used over {EFS_THROUGHPUT_ALARM_PERCENT:g}% of its permitted throughput "
+                f"for {EFS_THROUGHPUT_ALARM_PERIODS} periods: it will throttle the archiver -- raise "
+                "staging.provisioned_mibps or set staging.throughput: elastic (`tidemark cost` sizes it)"
+            ),
+        )
+        alarm.add_alarm_action(self._action)
+        return alarm
 
     def _sweeper_errors(self) -> cw.MathExpression:
         """Lambda ``Errors`` of every sweeper function, summed (each filled with 0)."""
@@ -458,6 +520,14 @@ class ObservabilityConstruct(Construct):
                     )
                 ],
             ),
+        )
+        dashboard.add_widgets(
+            cw.GraphWidget(
+                title="EFS throughput: used vs permitted (bytes/s)",
+                left=[self.efs_throughput_used(), self.efs_throughput_permitted()],
+                width=24,
+                height=6,
+            )
         )
         last_row = [
             graph(

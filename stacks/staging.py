@@ -7,11 +7,15 @@ write anything outside ``/tidemark`` on the file system.
 
 from __future__ import annotations
 
-from aws_cdk import RemovalPolicy
+from typing import Any
+
+from aws_cdk import RemovalPolicy, Size
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_efs as efs
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
+
+from tidemark.config.deployment import StagingSettings
 
 #: where the access point is mounted in every function (the runtime's TIDEMARK_STAGING_ROOT)
 STAGING_MOUNT = "/mnt/staging"
@@ -20,6 +24,17 @@ STAGING_ROOT_DIRECTORY = "/tidemark"
 #: the POSIX identity the functions act as on the file system (not root)
 POSIX_UID = "1001"
 POSIX_GID = "1001"
+
+
+def throughput(settings: StagingSettings) -> dict[str, Any]:
+    """The file system's throughput arguments for ``staging.throughput``."""
+    if settings.throughput == "provisioned":
+        assert settings.provisioned_mibps is not None  # StagingSettings requires it
+        return {
+            "throughput_mode": efs.ThroughputMode.PROVISIONED,
+            "provisioned_throughput_per_second": Size.mebibytes(settings.provisioned_mibps),
+        }
+    return {"throughput_mode": efs.ThroughputMode.ELASTIC}
 
 
 class StagingConstruct(Construct):
@@ -32,6 +47,7 @@ class StagingConstruct(Construct):
         *,
         vpc: ec2.IVpc,
         subnets: ec2.SubnetSelection,
+        settings: StagingSettings | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.file_system = efs.FileSystem(
@@ -41,8 +57,9 @@ class StagingConstruct(Construct):
             vpc_subnets=subnets,
             encrypted=True,
             performance_mode=efs.PerformanceMode.GENERAL_PURPOSE,
-            # Elastic throughput follows the archiver's bursts without provisioning.
-            throughput_mode=efs.ThroughputMode.ELASTIC,
+            # Elastic (the default) follows the archiver's bursts, billed per byte; Provisioned bills a
+            # rate and caps throughput there (``staging.throughput``; ``tidemark cost`` compares them).
+            **throughput(settings or StagingSettings()),
             # Staged segments live minutes to hours; moving them to IA would only add latency.
             lifecycle_policy=None,
             # No AWS Backup: a restored snapshot would lag the ledger (segments it accepted since

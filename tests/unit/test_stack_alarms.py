@@ -307,7 +307,7 @@ def test_every_alarm_is_named_after_the_stack_as_the_runbook_lists_it(
     stack, template = synthesized
     names = sorted(alarm["Properties"]["AlarmName"] for alarm in template.find_resources(ALARM).values())
     listed = [
-        "AggregationFailures", "ArchiverErrors-orders", "DeadLetters-orders", "FlushErrors-orders",
+        "AggregationFailures", "ArchiverErrors-orders", "DeadLetters-orders", "EfsThroughput", "FlushErrors-orders",
         "Freshness-orders", "LagGrowing-orders", "PositionResets-orders", "Quarantines-orders",
         "ReconciliationFindings", "SweeperErrors", "SweeperFailures",
     ]  # fmt: skip

@@ -160,7 +160,7 @@ def test_without_aggregations_there_is_no_spark_pipeline(example_config: Tidemar
     assert not stack.pipeline.enabled
     template.resource_count_is("AWS::EMRServerless::Application", 0)
     template.resource_count_is("AWS::StepFunctions::StateMachine", 1)  # the sweeper only
-    template.resource_count_is("AWS::CloudWatch::Alarm", 10)
+    template.resource_count_is("AWS::CloudWatch::Alarm", 11)  # all but AggregationFailures
 
 
 def test_alarm_emails_are_subscribed(example_config: TidemarkConfig) -> None:

@@ -415,6 +415,7 @@ DASHBOARD_WIDGETS = [
     "Sweeper recoveries",
     "Reconciliation findings",
     "EFS storage bytes",
+    "EFS throughput: used vs permitted (bytes/s)",
     "Quarantines, flush errors and position resets",
     "Ledger conflicts and hours waiting",
     "Spark job outcomes",
@@ -447,7 +448,8 @@ def test_alarms_notify_the_topic(stack: TidemarkStack, template: Template) -> No
     topic = logical_id(stack.observability.topic)
     alarms = template.find_resources("AWS::CloudWatch::Alarm")
     described = sorted(alarm["Properties"]["AlarmDescription"].split(":")[0] for alarm in alarms.values())
-    assert len(alarms) == 11  # the stream's 7, reconciliation, sweeper executions and functions, aggregation
+    # the stream's 7, reconciliation, sweeper executions and functions, EFS throughput, aggregation
+    assert len(alarms) == 12
     assert all(alarm["Properties"]["AlarmActions"] == [{"Ref": topic}] for alarm in alarms.values())
     # lag growth, freshness, archiver errors, dead letters, quarantines, flush errors, position resets
     assert described.count("orders") == 7

@@ -13,6 +13,7 @@ import typer
 
 from tidemark.cli import epoch
 from tidemark.cli.audit import audit
+from tidemark.cli.cost import cost
 from tidemark.cli.demo import demo
 from tidemark.cli.invoke import invoke
 from tidemark.cli.rearchive import rearchive
@@ -35,6 +36,7 @@ app.command()(audit)
 app.command()(status)
 app.command()(replay)
 app.command()(rearchive)
+app.command()(cost)
 
 
 def _terminate(_signum: int, _frame: FrameType | None) -> None:

@@ -278,3 +278,25 @@ class CatalogSettings(_Model):
         if self.first_year > self.last_year:
             raise ValueError(f"first_year ({self.first_year}) is after last_year ({self.last_year})")
         return self
+
+
+class StagingSettings(_Model):
+    """The EFS staging file system's throughput mode (``tidemark cost`` recommends one for a load).
+
+    Each staged byte is written once and read once at flush. ``elastic`` (the default) bills
+    those bytes ($0.06/GB written, $0.03/GB read) and follows any burst; ``provisioned`` bills
+    ``provisioned_mibps`` for the month ($6.00 per MiB/s) and caps throughput there: cheaper for
+    a steady load, throttling above it (the dashboard's EFS throughput alarm fires at 80%).
+    """
+
+    throughput: Literal["elastic", "provisioned"] = "elastic"
+    #: MiB/s provisioned (writes + reads); required with ``provisioned``, refused with ``elastic``
+    provisioned_mibps: int | None = Field(default=None, ge=1, le=10_240)
+
+    @model_validator(mode="after")
+    def _mibps(self) -> StagingSettings:
+        if self.throughput == "provisioned" and self.provisioned_mibps is None:
+            raise ValueError("provisioned_mibps is required when throughput is 'provisioned'")
+        if self.throughput == "elastic" and self.provisioned_mibps is not None:
+            raise ValueError("provisioned_mibps applies only when throughput is 'provisioned'")
+        return self

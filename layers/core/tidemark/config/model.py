@@ -23,6 +23,7 @@ from tidemark.config.deployment import (
     DevClusterSettings,
     NetworkSettings,
     PipelineSettings,
+    StagingSettings,
     StorageTransition,
 )
 from tidemark.config.units import Bytes, Duration, to_ms
@@ -761,6 +762,7 @@ class TidemarkConfig(_Model):
     pipeline: PipelineSettings = PipelineSettings()
     alarms: AlarmSettings = AlarmSettings()
     catalog: CatalogSettings = CatalogSettings()
+    staging: StagingSettings = StagingSettings()
 
     @model_validator(mode="after")
     def _unique(self) -> TidemarkConfig:
@@ -810,6 +812,7 @@ class TidemarkConfig(_Model):
                 "pipeline": True,
                 "alarms": True,
                 "catalog": True,
+                "staging": True,
                 "streams": {"__all__": {"archiver"}},
             },
         )
