@@ -28,7 +28,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tomllib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,6 +38,8 @@ from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
 from stacks.assets import CORE_LOCAL_ONLY, ShippedPackage, tree_hash
+from stacks.paths import ProjectSources
+from stacks.paths import project_requirements as project_requirements  # it lived here
 from tidemark.config import StreamConfig
 from tidemark.exceptions import ConfigError
 
@@ -122,20 +123,6 @@ def needs_format_layer(stream: StreamConfig) -> bool:
     (``archiver.formats_layer: always``) while buffers of a format the stream moved off are still
     staged. zstd, whatever the format, is the core layer's (zstandard)."""
     return stream.format.type in FORMAT_TYPES_OF_THE_LAYER or stream.archiver.formats_layer == "always"
-
-
-def project_requirements(pyproject: Path, extra: str | None = None) -> list[str]:
-    """The core package's runtime requirements (``[project].dependencies``), or those of an
-    optional extra (``[project.optional-dependencies].<extra>``), as pip requirement strings."""
-    project = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {})
-    if extra is None:
-        requirements, where = project.get("dependencies"), "[project].dependencies"
-    else:
-        requirements = project.get("optional-dependencies", {}).get(extra)
-        where = f"[project.optional-dependencies].{extra}"
-    if not isinstance(requirements, list) or not all(isinstance(item, str) for item in requirements):
-        raise ConfigError(f"{pyproject}: {where} must be a list of requirement strings")
-    return requirements
 
 
 def tree_size(directory: Path) -> int:
@@ -244,13 +231,14 @@ class PipLayerBundling:
         return True
 
 
-def core_bundling(root: Path, cache_dir: Path, *, platform: str = LAMBDA_PLATFORM) -> PipLayerBundling:
-    """How the core layer is built (``root`` is the repository)."""
-    package_dir = root / "layers" / "core" / "tidemark"
+def core_bundling(root: Path | ProjectSources, cache_dir: Path, *, platform: str = LAMBDA_PLATFORM) -> PipLayerBundling:
+    """How the core layer is built (``root`` is the repository, or where the installed package is)."""
+    sources = ProjectSources.locate(root)
+    package_dir = sources.core_package
     if not (package_dir / "__init__.py").is_file():
         raise ConfigError(f"core layer: {package_dir} is not the tidemark package")
     return PipLayerBundling(
-        requirements=project_requirements(root / "pyproject.toml"),
+        requirements=sources.requirements(),
         packages=[ShippedPackage(package_dir, leave_out=CORE_LOCAL_ONLY)],
         slim=CORE_SLIM,
         cache_dir=cache_dir,
@@ -259,10 +247,12 @@ def core_bundling(root: Path, cache_dir: Path, *, platform: str = LAMBDA_PLATFOR
     )
 
 
-def formats_bundling(root: Path, cache_dir: Path, *, platform: str = LAMBDA_PLATFORM) -> PipLayerBundling:
+def formats_bundling(
+    root: Path | ProjectSources, cache_dir: Path, *, platform: str = LAMBDA_PLATFORM
+) -> PipLayerBundling:
     """How the formats layer is built: the ``formats`` extra, pinned for Lambda, slimmed."""
     return PipLayerBundling(
-        requirements=[*project_requirements(root / "pyproject.toml", "formats"), *FORMATS_LAMBDA_PINS],
+        requirements=[*ProjectSources.locate(root).requirements("formats"), *FORMATS_LAMBDA_PINS],
         slim=FORMATS_SLIM,
         cache_dir=cache_dir,
         platform=platform,
@@ -293,31 +283,33 @@ def _layer(scope: Construct, source: Path, bundling: PipLayerBundling, descripti
 
 
 class CoreLayer(Construct):
-    """The core layer. ``root`` is the repository (``pyproject.toml`` and ``layers/core/tidemark``)."""
+    """The core layer. ``root`` is the repository (``pyproject.toml`` and ``layers/core/tidemark``)
+    or the sources of the installed package (``ProjectSources``)."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, root: Path, cache_dir: Path) -> None:
+    def __init__(self, scope: Construct, construct_id: str, *, root: Path | ProjectSources, cache_dir: Path) -> None:
         super().__init__(scope, construct_id)
+        sources = ProjectSources.locate(root)
         self.layer = _layer(
             self,
-            root / "layers" / "core",
-            core_bundling(root, cache_dir),
+            sources.layer_source,
+            core_bundling(sources, cache_dir),
             f"tidemark core package and its dependencies ({LAMBDA_PLATFORM}, Python {LAMBDA_PYTHON})",
         )
 
 
 class FormatsLayer(Construct):
-    """The object formats' libraries (``formats`` extra of ``root/pyproject.toml``), slimmed."""
+    """The object formats' libraries (``formats`` extra of ``root/pyproject.toml``, or of the
+    installed distribution's metadata), slimmed."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, root: Path, cache_dir: Path) -> None:
+    def __init__(self, scope: Construct, construct_id: str, *, root: Path | ProjectSources, cache_dir: Path) -> None:
         super().__init__(scope, construct_id)
-        bundling = formats_bundling(root, cache_dir)
-        names = ", ".join(
-            _project_name(requirement) for requirement in project_requirements(root / "pyproject.toml", "formats")
-        )
+        sources = ProjectSources.locate(root)
+        bundling = formats_bundling(sources, cache_dir)
+        names = ", ".join(_project_name(requirement) for requirement in sources.requirements("formats"))
         self.layer = _layer(
             self,
             # Bundling reads no source (the requirements come from pyproject.toml): any directory does.
-            root / "layers",
+            sources.formats_layer_source,
             bundling,
             f"tidemark object formats (Parquet, Avro, CSV): {names} ({', '.join(FORMATS_LAMBDA_PINS)};"
             f" {LAMBDA_PLATFORM}, Python {LAMBDA_PYTHON}), without Arrow Flight, headers, Cython sources or tests",

@@ -7,7 +7,7 @@ fails the checks.
 
 from __future__ import annotations
 
-from aws_cdk import Aspects, Stack
+from aws_cdk import Aspects
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
@@ -49,9 +49,11 @@ def _suppress(construct: IConstruct, rule: str, reason: str, *applies_to: object
     )
 
 
-def apply_nag(stack: Stack) -> None:
-    Aspects.of(stack).add(AwsSolutionsChecks(verbose=True))
-    for construct in stack.node.find_all():
+def apply_nag(scope: IConstruct) -> None:
+    """cdk-nag's AwsSolutions checks on ``scope`` (a stack, or a ``TidemarkArchive`` in a stack of
+    another app) and everything below it, with Tidemark's suppressions."""
+    Aspects.of(scope).add(AwsSolutionsChecks(verbose=True))
+    for construct in scope.node.find_all():
         if isinstance(construct, TidemarkFunction):
             _suppress(
                 construct.function,

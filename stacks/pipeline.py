@@ -41,6 +41,7 @@ from constructs import Construct
 
 from stacks.assets import CORE_LOCAL_ONLY, ShippedPackage, tree_hash, workflow
 from stacks.grants import ArchiveAccess
+from stacks.paths import ProjectSources
 from tidemark.config import TidemarkConfig
 from tidemark.exceptions import ConfigError
 
@@ -52,12 +53,14 @@ SYNC_RULE = "StepFunctionsGetEventsForEMRServerlessJobRule"
 MAX_PROPERTY_CHARS = 1024
 
 
-def job_packages(root: Path) -> list[ShippedPackage]:
+def job_packages(root: Path | ProjectSources) -> list[ShippedPackage]:
     """The job's ``--py-files``: the core package as the layer ships it, and ``jobs`` without its
-    image (built separately from ``jobs/image/Dockerfile``)."""
+    image (built separately from ``jobs/image/Dockerfile``). ``root`` is the repository, or the
+    sources of the installed package."""
+    sources = ProjectSources.locate(root)
     return [
-        ShippedPackage(root / "layers" / "core" / "tidemark", leave_out=CORE_LOCAL_ONLY),
-        ShippedPackage(root / "jobs", leave_out=("image",)),
+        ShippedPackage(sources.core_package, leave_out=CORE_LOCAL_ONLY),
+        ShippedPackage(sources.jobs, leave_out=("image",)),
     ]
 
 
@@ -65,7 +68,7 @@ def job_packages(root: Path) -> list[ShippedPackage]:
 class CopyPackages:
     """Local bundling of the job's ``--py-files`` archive: the two packages side by side."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path | ProjectSources) -> None:
         self.root = root
 
     def try_bundle(self, output_dir: str, options: Any = None, **_: Any) -> bool:
@@ -87,7 +90,7 @@ class PipelineConstruct(Construct):
         construct_id: str,
         *,
         config: TidemarkConfig,
-        root: Path,
+        root: Path | ProjectSources | None = None,
         access: ArchiveAccess,
         ledger_table: dynamodb.ITable,
         aggregates_table: dynamodb.ITable,
@@ -95,7 +98,8 @@ class PipelineConstruct(Construct):
         runtime_config: str,
     ) -> None:
         """``environment`` holds the job's short settings (bucket and table names);
-        ``runtime_config`` the configuration's JSON, which goes to S3 as an asset."""
+        ``runtime_config`` the configuration's JSON, which goes to S3 as an asset; ``root`` is
+        where the job's code is (``ProjectSources.locate``: this checkout, or the installed package)."""
         super().__init__(scope, construct_id)
         settings = config.pipeline
         self.streams = [stream.name for stream in config.streams if stream.aggregations]
@@ -128,17 +132,18 @@ class PipelineConstruct(Construct):
             f":/applications/{self.application.attr_application_id}"
         )
 
-        self.script = s3_assets.Asset(self, "JobScript", path=str(root / "jobs" / "aggregate.py"))
+        sources = ProjectSources.locate(root)
+        self.script = s3_assets.Asset(self, "JobScript", path=str(sources.jobs / "aggregate.py"))
         self.code = s3_assets.Asset(
             self,
             "JobCode",
-            path=str(root / "jobs"),
+            path=str(sources.jobs),
             asset_hash_type=AssetHashType.CUSTOM,
-            asset_hash=tree_hash(job_packages(root)),
+            asset_hash=tree_hash(job_packages(sources)),
             bundling=BundlingOptions(
                 # Only used if local bundling declined; it never does.
                 image=DockerImage.from_registry("public.ecr.aws/docker/library/python:3.11-slim"),
-                local=CopyPackages(root),
+                local=CopyPackages(sources),
             ),
         )
 

@@ -34,6 +34,7 @@ from stacks.assets import workflow
 from stacks.functions import MIN_EPHEMERAL_MB, Placement, TidemarkFunction, spool_mb
 from stacks.grants import ArchiveAccess, grant_ledger
 from stacks.layer import needs_format_layer
+from stacks.paths import ProjectSources
 from tidemark.config import TidemarkConfig
 from tidemark.exceptions import ConfigError
 
@@ -60,7 +61,8 @@ class SweeperFunctions:
 class SweeperConstruct(Construct):
     """Sweeper functions, state machine and schedule.
 
-    ``code_dir`` is the function code (``functions/sweeper``), ``layer`` the core package,
+    ``code_dir`` is the function code (``functions/sweeper`` of this checkout or of the installed
+    package when not given), ``layer`` the core package,
     ``formats_layer`` the formats' libraries (required when a stream needs them);
     ``environment`` carries the settings every Tidemark function gets (bucket, ledger table,
     staging root, config); ``placement`` the VPC and the EFS staging mount.
@@ -72,7 +74,7 @@ class SweeperConstruct(Construct):
         construct_id: str,
         *,
         config: TidemarkConfig,
-        code_dir: Path,
+        code_dir: Path | None = None,
         layer: lambda_.ILayerVersion,
         access: ArchiveAccess,
         ledger_table: dynamodb.ITable,
@@ -81,6 +83,7 @@ class SweeperConstruct(Construct):
         formats_layer: lambda_.ILayerVersion | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
+        code_dir = code_dir if code_dir is not None else ProjectSources.locate().functions / "sweeper"
         if not (code_dir / "handler.py").is_file():
             raise ConfigError(f"sweeper code directory {code_dir} has no handler.py")
         rendering = [stream.name for stream in config.streams if needs_format_layer(stream)]
