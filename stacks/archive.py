@@ -1,8 +1,8 @@
 """``TidemarkArchive``: the whole of Tidemark as one construct, for this repository's stack and for
 any other CDK app that installs the package (adopting Tidemark should not mean forking it).
 
-Network ─┬─ Staging (EFS) ───────────┬─ Archiver (function + MSK or Kinesis mapping per stream)
-         └─ Source (MSK, Kinesis)  ─┘   Sweeper (state machine + schedule)
+Network ─┬─ Staging (EFS) ──────────────────┬─ Archiver (function + Kafka or Kinesis mapping per stream)
+         └─ Source (MSK, Kafka, Kinesis)  ─┘   Sweeper (state machine + schedule)
 Storage (bucket, ledger, aggregates) ── Pipeline (EMR Serverless + schedule) ── Observability
 
 Assets (function code, the core layer, the Spark job) are found by ``stacks.paths.ProjectSources``:

@@ -186,9 +186,15 @@ def record_of(message: Any) -> Record:
     """A consumed message as the record the event source mapping would have delivered: a null
     value (a tombstone) or header value reads as ``b""``, as the mapping's adapter reads it."""
     _kind, timestamp = message.timestamp()
-    headers = tuple((name, data or b"") for name, data in message.headers() or ())
     value = message.value() or b""
-    return Record(message.topic(), message.partition(), message.offset(), timestamp, value, message.key(), headers)
+    return Record(
+        message.topic(), message.partition(), message.offset(), timestamp, value, message.key(), headers_of(message)
+    )
+
+
+def headers_of(message: Any) -> tuple[tuple[str, bytes], ...]:
+    """A consumed message's headers; a null header value reads as ``b""``."""
+    return tuple((str(name), bytes(data or b"")) for name, data in message.headers() or ())
 
 
 def client_or_error(client: Any, settings: dict[str, Any]) -> Any:

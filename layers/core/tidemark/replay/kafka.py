@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from tidemark.exceptions import SourceUnavailableError
-from tidemark.kafka_log import KafkaLog, client_or_error
+from tidemark.kafka_log import KafkaLog, client_or_error, headers_of
 from tidemark.replay.exceptions import DeliveryError, ReplayError
 
 Headers = tuple[tuple[str, bytes], ...]
@@ -123,7 +123,7 @@ class KafkaTarget:
             if message.error() is not None or offset >= end:
                 return
             if offset >= first:
-                yield _headers(message.headers())
+                yield headers_of(message)
                 if offset == end - 1:
                     return
 
@@ -183,8 +183,3 @@ class KafkaTarget:
     def _on_error(self, error: Any) -> None:
         if error.fatal() and self._failure is None:
             self._failure = f"{self.topic}: {error.str()}; the producer stopped: rerun the same command to resume"
-
-
-def _headers(raw: Any) -> Headers:
-    """A consumed message's headers (a null header value reads as ``b""``)."""
-    return tuple((str(name), bytes(data or b"")) for name, data in raw or ())
