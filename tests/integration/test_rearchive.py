@@ -33,8 +33,10 @@ from tidemark.formats import RenderSpec, format_of
 from tidemark.kafka_log import KafkaLog
 from tidemark.ledger.model import PartitionState, QuarantinedFlush
 from tidemark.rearchive import NothingToRearchiveError, RangeSplitsFlushError, Rearchiver, RefetchMismatchError
-from tidemark.records.model import Record
+from tidemark.rearchive.exceptions import UnsupportedSourceError
+from tidemark.records.model import Record, SchemaRef
 from tidemark.sources import PartitionId
+from tidemark.writer.stream import render_spec
 
 
 class CrashAt:
@@ -283,3 +285,61 @@ def test_a_configuration_that_swaps_records_of_the_range_is_refused(archive):
     assert list(now.ledger.load("orders", 0).quarantined) == [held.flush.flush_id]
     [done] = Rearchiver(runtime.writer(config.streams[0], 0), runtime.ledger, InMemory(records)).run(0, 4).flushes
     assert done.records == 3  # under the configuration it was staged with, it goes through
+
+
+def quarantined_flush(archive, data: dict, records: list[Record]):
+    """``records`` archived under ``data``'s configuration, their raw buffer's segment damaged
+    and the flush quarantined; the runtime, config and the flush."""
+    config = parse_config(data)
+    runtime = archive.runtime(config)
+    runtime.writer(config.streams[0], 0).write(records, source="orders")
+    [raw] = [buffer for buffer in runtime.ledger.load("orders", 0).buffers.values() if buffer.key.kind == "raw"]
+    damage = archive.staging_root / "orders" / "p0" / raw.segments[0].name
+    damage.write_bytes(damage.read_bytes()[:-3] + b"\x00\x00\x00")
+    archive.clock.advance(minutes=31)
+    runtime.writer(config.streams[0], 0).maintain()
+    [held] = runtime.ledger.load("orders", 0).quarantined.values()
+    return runtime, config, held
+
+
+def test_a_wire_format_flush_is_rearchived_with_its_schema_ids(archive):
+    """The ids are read from the bytes again, so the object is what the flush would have been."""
+    at = archive.clock.now_ms() + 60_000
+    records = [
+        Record("orders", 0, offset, at + offset, b"\x00" + (40 + offset % 2).to_bytes(4, "big") + b"avro", b"k")
+        for offset in range(6)
+    ]
+    data = small_config_data(max_records=10_000)
+    data["streams"][0].update(
+        encoding={"value": "bytes", "wire_format": "confluent"},
+        event_time={"source": "record_timestamp"},
+        aggregations=[],
+        format={"type": "parquet"},
+    )
+    runtime, config, _held = quarantined_flush(archive, data, records)
+    [done] = Rearchiver(runtime.writer(config.streams[0], 0), runtime.ledger, InMemory(records)).run(0, 5).flushes
+    spec = RenderSpec.decode(render_spec(config.streams[0]))
+    body = archive.s3.get_object(Bucket=archive.bucket, Key=done.key)["Body"].read()
+    read = list(format_of(spec).read(body, spec.context(0, done.key)))
+    assert [envelope.schemas for envelope in read] == [(SchemaRef("value", "", str(40 + n % 2)),) for n in range(6)]
+
+
+def test_a_stream_the_registry_integration_decodes_is_not_rearchived(archive):
+    """What was staged is what the mapping decoded; Kafka holds the producers' bytes."""
+    at = archive.clock.now_ms() + 60_000
+    records = [
+        Record(
+            "orders", 0, n, at + n, orjson.dumps({"created_at": at + n}), b"k", (), (SchemaRef("value", "AVRO", "7"),)
+        )
+        for n in range(4)
+    ]
+    data = small_config_data(max_records=10_000)
+    data["streams"][0]["source"]["schema_registry"] = {
+        "kind": "glue",
+        "registry_arn": "arn:aws:glue:us-east-1:123456789012:registry/orders",
+    }
+    data["streams"][0]["archiver"] = {"provisioned_pollers": {"minimum": 1, "maximum": 2}}
+    runtime, config, held = quarantined_flush(archive, data, records)
+    with pytest.raises(UnsupportedSourceError, match="schema registry integration decoded what was staged"):
+        Rearchiver(runtime.writer(config.streams[0], 0), runtime.ledger, InMemory(records)).run(0, 3)
+    assert list(runtime.ledger.load("orders", 0).quarantined) == [held.flush.flush_id]

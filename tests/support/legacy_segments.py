@@ -102,7 +102,8 @@ def is_legacy_segment(data: bytes) -> bool:
 
 
 def newer_version(segment: bytes) -> bytes:
-    """A current segment as a version-3 writer would have it, keeping what every version from 2
-    on keeps: the "TSG" family header and the trailer (CRC-32 of every byte before it, "TSGE")."""
-    body = b"TSG3" + segment[4:-8]
+    """A current segment as a version-4 writer would have it (3 is 2 with schema references),
+    keeping what every version from 2 on keeps: the "TSG" family header and the trailer (CRC-32
+    of every byte before it, "TSGE")."""
+    body = b"TSG4" + segment[4:-8]
     return body + struct.pack("<I4s", zlib.crc32(body), b"TSGE")

@@ -157,9 +157,18 @@ extras = st.dictionaries(
     st.one_of(st.sampled_from(["CREATE_TIME", "LOG_APPEND_TIME"]), st.integers(), st.none(), st.booleans()),
     max_size=2,
 )
+# what a schema registry integration adds (``null`` when a part was not validated), and odd shapes
+good_schema = st.one_of(
+    st.none(), st.builds(lambda f, i: {"dataFormat": f, "schemaId": i}, st.sampled_from(["AVRO", "JSON"]), st.text())
+)
+odd_schema = st.one_of(
+    st.sampled_from(["AVRO", [], 0, {"dataFormat": "AVRO"}, {"dataFormat": "AVRO", "schemaId": 7}]),
+    st.builds(lambda i: UserDict({"dataFormat": "AVRO", "schemaId": i}), st.text(max_size=3)),
+)
+schema_fields = st.dictionaries(st.sampled_from(["keySchemaMetadata", "valueSchemaMetadata"]), good_schema, max_size=2)
 
 
-FIELDS = ["topic", "partition", "offset", "timestamp", "value", "key", "headers", "record"]
+FIELDS = ["topic", "partition", "offset", "timestamp", "value", "key", "headers", "schemas", "record"]
 
 
 @st.composite
@@ -178,9 +187,12 @@ def records(draw: st.DrawFn, headers_pool: list[Any], awkward: bool) -> Any:
         # deep copies, as json.loads makes them: equal header lists are distinct objects
         "headers": copy.deepcopy(draw(st.sampled_from(headers_pool))),
         **draw(extras),
+        **draw(schema_fields),
     }
     if "headers" in odd:
         record["headers"] = draw(header_lists)
+    if "schemas" in odd:
+        record[draw(st.sampled_from(["keySchemaMetadata", "valueSchemaMetadata"]))] = draw(odd_schema)
     for field in odd & {"topic", "partition", "offset", "timestamp", "value", "key", "headers"}:
         if draw(st.integers(min_value=0, max_value=5)) == 0:
             del record[field]

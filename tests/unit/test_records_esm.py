@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from tidemark.records.esm import MSK, SELF_MANAGED, EventSource, build_event, encode_record, payload_size
 from tidemark.records.kafka import parse_kafka_event
-from tidemark.records.model import Record
+from tidemark.records.model import Record, SchemaRef
 
 records = st.builds(
     Record,
@@ -20,6 +20,15 @@ records = st.builds(
     value=st.binary(max_size=300),
     key=st.none() | st.binary(max_size=40),
     headers=st.lists(st.tuples(st.sampled_from(["a", "trace-id"]), st.binary(max_size=30)), max_size=3).map(tuple),
+    # what a schema registry integration adds: a key's, a value's, both (key first) or none
+    schemas=st.sampled_from([(), ("value",), ("key",), ("key", "value")]).flatmap(
+        lambda parts: st.tuples(
+            *(
+                st.builds(SchemaRef, st.just(part), st.sampled_from(["AVRO", "PROTOBUF", "JSON"]), st.text(max_size=40))
+                for part in parts
+            )
+        )
+    ),
 )
 
 

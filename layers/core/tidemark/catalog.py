@@ -137,6 +137,8 @@ def envelope_types(stream: StreamConfig) -> dict[str, str]:
     }
     if names.headers is not None:
         types[names.headers] = f"array<struct<key:string,value:{'binary' if binary_header else 'string'}>>"
+    if stream.schema_refs:  # tidemark.formats.schema_refs
+        types.update(dict.fromkeys(("key_schema", "value_schema"), "struct<format:string,id:string>"))
     return types
 
 
@@ -153,6 +155,8 @@ _COMMENTS = {
     "key": "Kafka record key",
     "value": "Kafka record value",
     "headers": "Kafka record headers",
+    "key_schema": "the schema the key was written with (registry format and id), null when unknown",
+    "value_schema": "the schema the value was written with (registry format and id), null when unknown",
 }
 _KINESIS_COMMENTS = {
     "stream": "Kinesis stream name",
@@ -233,6 +237,7 @@ def avro_schema(stream: StreamConfig) -> dict[str, Any]:
         stream.encoding.headers,
         tuple(ValueColumn(field.name, field.type, field.nullable) for field in fields),
         source=stream.source.shape.kind,
+        schema_refs=stream.schema_refs,
     )
     return writer_schema(context)
 

@@ -180,7 +180,7 @@ class Router:
         stream allows (see the module docstring)."""
         if not self._batchable or len(records) < 2:
             return [self.route(record) for record in records]
-        _topics, _partitions, _offsets, timestamps, values, keys, headers = zip(*records, strict=True)
+        _topics, _partitions, _offsets, timestamps, values, keys, headers, _schemas = zip(*records, strict=True)
         unsure = self._unsure_bytes(values, keys, headers)
         if self._from_field:
             event_times = self._field_times(values)

@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from tidemark.config.model import COMPRESSIONS, StreamConfig
+from tidemark.config.model import COMPRESSIONS, SCHEMA_REF_COLUMNS, SCHEMA_REF_FORMATS, StreamConfig
 from tidemark.eventtime import hour_path
 from tidemark.formats import RenderSpec, format_of, kind_of_key
 from tidemark.formats.base import ArchivedEnvelope
 from tidemark.objects.keys import epoch_of_key, folders_of_key, hour_of_key, positions_of_key, source_of_key
 from tidemark.partitioning import MissingPartitionValue, Partitioner
-from tidemark.records.model import Record
+from tidemark.records.model import Record, Schemas
 from tidemark.sources import PartitionId
 from tidemark.valuepath import cell
 from tidemark.writer.stream import render_spec
@@ -39,6 +39,7 @@ class RecordMeta:
     topic: str
     key: bytes | None
     headers: Headers
+    schemas: Schemas = ()  # the schema references the envelope must carry (key, then value)
 
 
 #: a record's identity in the archive: (partition, position[, epoch])
@@ -203,7 +204,7 @@ def _archived(
         value,
         dead,
         envelope.error,
-        RecordMeta(envelope.topic or "", envelope.key, envelope.headers or ()),
+        RecordMeta(envelope.topic or "", envelope.key, envelope.headers or (), envelope.schemas or ()),
         epoch_of_key(key),
         folders_of_key(key),
         fields,
@@ -215,11 +216,14 @@ _META = frozenset({"topic", "key", "headers"})
 
 
 def _kept(spec: RenderSpec) -> frozenset[str]:
-    """The record metadata (topic, key, headers) objects of this spec keep."""
+    """The record metadata (topic, key, headers, schema references) objects of this spec keep."""
     if spec.format == "text":
         return frozenset()
     if spec.format == "csv":
-        return _META & set(spec.context(0).columns)
+        columns = set(spec.context(0).columns)
+        return (_META & columns) | ({"schemas"} if set(SCHEMA_REF_COLUMNS) <= columns else set())
+    if spec.format == "jsonl" or (spec.schema_refs and spec.format in SCHEMA_REF_FORMATS):
+        return _META | {"schemas"}
     return _META
 
 
@@ -300,6 +304,7 @@ def _same_meta(record: ArchivedRecord, meta: RecordMeta) -> bool:
         ("topic" not in kept or record.meta.topic == meta.topic)
         and ("key" not in kept or record.meta.key == meta.key or (record.meta.key or b"") == (meta.key or b""))
         and ("headers" not in kept or record.meta.headers == meta.headers)
+        and ("schemas" not in kept or record.meta.schemas == meta.schemas)
     )
 
 

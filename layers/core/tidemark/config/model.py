@@ -311,11 +311,25 @@ class EventTimeConfig(_Model):
 
 
 class EncodingConfig(_Model):
-    """How key, value and header bytes are validated and rendered in the archive envelope."""
+    """How key, value and header bytes are validated and rendered in the archive envelope.
+
+    ``wire_format: confluent``: the producers' serializers write Confluent's wire format (magic
+    byte 0, a 4-byte schema id, the payload) and no registry integration decodes it; the bytes
+    are kept as produced (``value``/``key`` ``bytes``) and each record's schema id is recorded
+    in the envelope (``tidemark.wireformat``)."""
 
     value: Literal["json", "text", "bytes"] = "json"
     key: Literal["text", "bytes"] = "text"
     headers: Literal["text", "bytes"] = "text"
+    wire_format: Literal["none", "confluent"] = "none"
+
+    @model_validator(mode="after")
+    def _binary_wire_format(self) -> EncodingConfig:
+        if self.wire_format != "none" and "bytes" not in (self.value, self.key):
+            raise ValueError(
+                "wire_format confluent: the wire format is binary; set encoding.value (or key) to bytes to keep it"
+            )
+        return self
 
 
 class FlushPolicyConfig(_Model):
@@ -348,6 +362,9 @@ class FlushPolicyConfig(_Model):
 
 
 FormatType = Literal["jsonl", "parquet", "avro", "csv", "text", "bytes"]
+#: the formats whose envelope keeps each record's schema references (``tidemark.formats.schema_refs``)
+SCHEMA_REF_FORMATS = ("jsonl", "parquet", "avro", "csv")
+SCHEMA_REF_COLUMNS = ("key_schema", "value_schema")
 #: the codecs each format accepts, the first being the default
 COMPRESSIONS: dict[str, tuple[str, ...]] = {
     "jsonl": ("zstd", "gzip", "none"),
@@ -473,10 +490,10 @@ class FormatConfig(_Model):
             if not self.columns:
                 raise ValueError("columns must name at least one column")
             for column in self.columns:
-                if column not in ALL_ENVELOPE_COLUMNS and not re.match(VALUE_COLUMN, column):
+                if column not in ALL_ENVELOPE_COLUMNS + SCHEMA_REF_COLUMNS and not re.match(VALUE_COLUMN, column):
                     raise ValueError(
-                        f"column {column!r} is neither an envelope field ({', '.join(ALL_ENVELOPE_COLUMNS)}) nor"
-                        " value.<dotted path>"
+                        f"column {column!r} is neither an envelope field "
+                        f"({', '.join(ALL_ENVELOPE_COLUMNS + SCHEMA_REF_COLUMNS)}) nor value.<dotted path>"
                     )
             if len(set(self.columns)) != len(self.columns):
                 raise ValueError(f"columns must be unique, got {self.columns}")
@@ -626,6 +643,26 @@ class StreamConfig(_Model):
                 "source.schema_registry needs archiver.provisioned_pollers: the mapping's registry "
                 "integration runs in provisioned mode only"
             )
+        if self.encoding.wire_format != "none":
+            if self.source.schema_registry is not None:
+                raise ValueError(
+                    "encoding.wire_format is for streams the mapping does not decode: with source.schema_registry "
+                    "the mapping strips the wire format and reports each record's schema itself"
+                )
+            if self.source.shape.kind != "kafka":
+                raise ValueError("encoding.wire_format confluent is for Kafka sources")
+            if self.format.type not in SCHEMA_REF_FORMATS:
+                raise ValueError(
+                    f"encoding.wire_format: format {self.format.type} keeps no schema ids; "
+                    f"use one of {', '.join(SCHEMA_REF_FORMATS)}"
+                )
+            if self.format.type == "csv" and not set(SCHEMA_REF_COLUMNS) <= set(self.csv_columns):
+                raise ValueError(f"encoding.wire_format: format.columns must include {', '.join(SCHEMA_REF_COLUMNS)}")
+        if not self.schema_refs and set(SCHEMA_REF_COLUMNS) & set(self.format.columns or ()):
+            raise ValueError(
+                f"format.columns {', '.join(SCHEMA_REF_COLUMNS)} hold schema references: they need "
+                "source.schema_registry or encoding.wire_format"
+            )
         if self.event_time.source == "json_field" and self.encoding.value != "json":
             raise ValueError("event_time.source 'json_field' needs encoding.value 'json'")
         if self.aggregations and self.encoding.value != "json":
@@ -658,9 +695,17 @@ class StreamConfig(_Model):
         return self
 
     @property
+    def schema_refs(self) -> bool:
+        """Whether records may carry schema references (a registry integration, a wire format)."""
+        return self.source.schema_registry is not None or self.encoding.wire_format != "none"
+
+    @property
     def csv_columns(self) -> tuple[str, ...]:
-        """The CSV columns: as configured, or every envelope field of the stream's source kind."""
-        return tuple(self.format.columns) if self.format.columns else self.source.shape.envelope.columns
+        """The CSV columns: as configured, or every envelope field of the stream's source kind
+        (and the schema references, when records may carry them)."""
+        if self.format.columns:
+            return tuple(self.format.columns)
+        return self.source.shape.envelope.columns + (SCHEMA_REF_COLUMNS if self.schema_refs else ())
 
     @property
     def keeps_positions(self) -> bool:

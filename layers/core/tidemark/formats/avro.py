@@ -14,6 +14,9 @@ Writer schema (:mod:`tidemark.formats.avro_schema`), record ``tidemark.Envelope`
                                                       fields: string, long, double, boolean
                                                       (nullable ones ["null", T], default null)
     headers     array of tidemark.Header {key: string, value: string | bytes}
+    key_schema  ["null", tidemark.SchemaRef {format: ["null", string], id: string}], default null
+    value_schema  the same                       only with schema references (``RenderSpec.schema_refs``):
+                                                 the schema the key / value was written with
 
 and for Kinesis (the same record name; no headers field, Kinesis records have none)::
 
@@ -50,6 +53,7 @@ from typing import Any, BinaryIO, cast
 import fastavro
 import orjson
 
+from tidemark.formats import schema_refs
 from tidemark.formats.avro_schema import avro_schema
 from tidemark.formats.base import ArchivedEnvelope, RenderContext, ValueColumn
 from tidemark.formats.compression import ZSTD_LEVEL, PositionedSink
@@ -213,7 +217,8 @@ class AvroFormat:
             names.key,
             names.headers,
         )
-        for kind, offset, timestamp, event_time, key, value, headers, _reason in frames:
+        with_refs = context.schema_refs
+        for kind, offset, timestamp, event_time, key, value, headers, _reason, schemas in frames:
             if kind == DEAD_LETTER:
                 raise ValueError(f"offset {offset}: dead letters are archived as JSON Lines only")
             record = {
@@ -231,6 +236,10 @@ class AvroFormat:
                 )
             elif headers:
                 raise ValueError(f"position {offset}: this source's envelope has no headers to keep them in")
+            if with_refs:
+                record["key_schema"], record["value_schema"] = schema_refs.columns(schemas)
+            elif schemas:
+                raise ValueError(f"position {offset}: schema references need a render spec that keeps them")
             yield record
             counted[0] += 1
 
@@ -260,4 +269,5 @@ class AvroFormat:
                 None if isinstance(value, dict) else value.encode("utf-8") if isinstance(value, str) else value,
                 headers,
                 value if isinstance(value, dict) else None,
+                schemas=schema_refs.from_envelope(record),
             )

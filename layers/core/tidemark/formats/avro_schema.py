@@ -52,6 +52,18 @@ def avro_schema(context: RenderContext) -> dict[str, Any]:
             ],
         }
         fields.append({"name": names.headers, "type": {"type": "array", "items": header}})
+    if context.schema_refs:  # tidemark.formats.schema_refs: the key's and the value's schema
+        ref: Any = {
+            "type": "record",
+            "name": "SchemaRef",
+            "fields": [
+                {"name": "format", "type": ["null", "string"], "default": None},
+                {"name": "id", "type": "string"},
+            ],
+        }
+        for name in ("key_schema", "value_schema"):
+            fields.append({"name": name, "type": ["null", ref], "default": None})
+            ref = "SchemaRef"  # a named type is defined once
     return {"type": "record", "name": "Envelope", "namespace": "tidemark", "fields": fields}
 
 

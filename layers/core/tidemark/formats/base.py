@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import BinaryIO, NamedTuple, Protocol
 
 from tidemark.formats.compression import ZSTD_LEVEL
+from tidemark.records.model import Schemas
 from tidemark.sources import KAFKA, EnvelopeNames, PartitionId, shape_of
 from tidemark.staging.frames import Frame
 
@@ -42,6 +43,7 @@ class RenderContext:
     columns: tuple[str, ...] = ()  # csv: envelope fields and value.<dotted path>, in order
     object_key: str = ""  # the key being written (Avro derives its sync marker from it)
     source: str = KAFKA  # the source kind (tidemark.sources): what the envelope's fields are called
+    schema_refs: bool = False  # columnar formats: key_schema / value_schema columns (RenderSpec)
 
     @property
     def envelope(self) -> EnvelopeNames:
@@ -50,8 +52,10 @@ class RenderContext:
 
 #: the codecs whose level is ``RenderSpec.zstd_level``
 ZSTD_CODECS = frozenset({"zstd", "zstandard"})
-#: what a spec encoded without them holds: value schema, csv columns, source kind, zstd level
-_OPTIONAL_DEFAULTS = ("", "", KAFKA, str(ZSTD_LEVEL))
+#: what a spec encoded without them holds: value schema, csv columns, source kind, zstd level,
+#: schema references
+_OPTIONAL_DEFAULTS = ("", "", KAFKA, str(ZSTD_LEVEL), "")
+_SCHEMA_REFS = "schema_refs"
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +69,10 @@ class RenderSpec:
     ``zstd_level`` is the level of a zstd codec (the line formats' and Parquet's ``zstd``,
     Avro's ``zstandard``) and is kept only with one (otherwise it is :data:`ZSTD_LEVEL`, which
     is also what a spec encoded before the level was configurable decodes to).
+
+    ``schema_refs``: records may carry schema references (a schema registry integration, a wire
+    format), so the columnar formats give every object ``key_schema`` / ``value_schema`` columns
+    (JSON Lines writes them on the records that have them, whatever the spec says).
     """
 
     format: str
@@ -78,6 +86,7 @@ class RenderSpec:
     columns: str = ""  # csv columns, comma-separated
     source: str = KAFKA  # the source kind (tidemark.sources): envelope names, position width in keys
     zstd_level: int = ZSTD_LEVEL
+    schema_refs: bool = False
 
     def __post_init__(self) -> None:
         if self.compression not in ZSTD_CODECS:  # meaningless without zstd: one spec, one encoding
@@ -95,20 +104,26 @@ class RenderSpec:
         ]
         # Specs of ledgers written before the optional fields existed stay exactly as they were
         # (and so does the spec of any buffer that uses none of them).
-        zstd = self.zstd_level != ZSTD_LEVEL
-        if self.value_schema or self.columns or self.source != KAFKA or zstd:
+        zstd, refs = self.zstd_level != ZSTD_LEVEL, self.schema_refs
+        if self.value_schema or self.columns or self.source != KAFKA or zstd or refs:
             parts += [self.value_schema, self.columns]
-        if self.source != KAFKA or zstd:
+        if self.source != KAFKA or zstd or refs:
             parts.append(self.source)
-        if zstd:
+        if zstd or refs:
             parts.append(str(self.zstd_level))
+        if refs:
+            parts.append(_SCHEMA_REFS)
         return "|".join(parts)
 
     @classmethod
     def decode(cls, text: str) -> RenderSpec:
         fmt, compression, level, topic, key, value, headers, *extra = text.split("|")
-        schema, columns, source, zstd = (*extra, *_OPTIONAL_DEFAULTS[len(extra) :])
-        return cls(fmt, compression, int(level), topic, key, value, headers, schema, columns, source, int(zstd))
+        schema, columns, source, zstd, refs = (*extra, *_OPTIONAL_DEFAULTS[len(extra) :])
+        if refs not in ("", _SCHEMA_REFS):
+            raise ValueError(f"unknown render spec field {refs!r}")
+        return cls(
+            fmt, compression, int(level), topic, key, value, headers, schema, columns, source, int(zstd), refs != ""
+        )
 
     def context(self, partition: PartitionId, object_key: str = "") -> RenderContext:
         return RenderContext(
@@ -121,6 +136,7 @@ class RenderSpec:
             tuple(filter(None, self.columns.split(","))),
             object_key,
             self.source,
+            self.schema_refs,
         )
 
 
@@ -142,6 +158,7 @@ class ArchivedEnvelope:
     headers: tuple[tuple[str, bytes], ...] | None
     fields: dict[str, object] | None = None
     error: str = ""  # dead letters (JSON Lines only): the reason
+    schemas: Schemas | None = None  # the record's schema references; None: it has none, or the format keeps none
 
 
 class ObjectFormat(Protocol):

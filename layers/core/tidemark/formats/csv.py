@@ -19,6 +19,9 @@ records have no headers). Cells:
                                     base64 for bytes
 ``headers``                         JSON ``[{"key": .., "value": ..}]``, values base64 for
                                     header_encoding bytes
+``key_schema`` / ``value_schema``   the schema the key / value was written with, as JSON
+                                    ``{"format": "AVRO", "id": "42"}``; empty when none (a
+                                    stream whose records may carry them has them by default)
 ``value.<path>``                    the field at that dotted path of the JSON value: strings as
                                     they are, numbers and booleans as their JSON text, objects
                                     and arrays as JSON text; empty when missing or null
@@ -50,9 +53,11 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from tidemark.eventtime import iso_utc
+from tidemark.formats import schema_refs
 from tidemark.formats.base import ArchivedEnvelope, RenderContext
 from tidemark.formats.compression import ZSTD_LEVEL, chunked, compressed, decompress, extension
 from tidemark.formats.jsonl import DECODE_STRING, ENCODE_STRING, ms_of_iso, ms_of_seconds, seconds_text
+from tidemark.records.model import Schemas
 from tidemark.staging.frames import Frame
 from tidemark.valuepath import cell
 
@@ -116,9 +121,18 @@ class CsvFormat:
             [()] * table.num_rows if names.headers is None else column(names.headers, headers_of),
             strict=True,
         )
+        refs: list[Schemas | None] = [None] * table.num_rows
+        if set(schema_refs.COLUMNS) <= set(cells):  # only both tell a record's references whole
+            key_refs, value_refs = (column(name, orjson.loads) for name in schema_refs.COLUMNS)
+            refs = [
+                schema_refs.from_envelope({"key_schema": key, "value_schema": value})
+                for key, value in zip(key_refs, value_refs, strict=True)
+            ]
         for index, (topic, partition, offset, timestamp, event_time, key, value, headers) in enumerate(rows):
             fields = {path[len("value.") :]: cells[path][index] for path in paths} if paths else None
-            yield ArchivedEnvelope(topic, partition, offset, timestamp, event_time, key, value, headers, fields)
+            yield ArchivedEnvelope(
+                topic, partition, offset, timestamp, event_time, key, value, headers, fields, schemas=refs[index]
+            )
 
 
 def _csv_bytes(table: pa.Table, header: bool) -> memoryview:
@@ -136,7 +150,7 @@ def _strings(encoding: str, items: Sequence[bytes | None]) -> pa.Array:
 
 def _table(chunk: list[Frame], context: RenderContext, columns: Sequence[str], schema: pa.Schema) -> pa.Table:
     n = len(chunk)
-    _kinds, offsets, timestamps, event_times, keys, values, headers, _reasons = zip(*chunk, strict=True)
+    _kinds, offsets, timestamps, event_times, keys, values, headers, _reasons, schemas = zip(*chunk, strict=True)
     parsed: list[Any] = []
     if context.value_encoding == "json" and any(name.startswith("value.") for name in columns):
         loads = orjson.loads
@@ -178,6 +192,10 @@ def _table(chunk: list[Frame], context: RenderContext, columns: Sequence[str], s
                     pa.string(),
                 )
             )
+        elif name in schema_refs.FIELDS:
+            part = schema_refs.COLUMNS.index(name)
+            cells = [schema_refs.columns(refs)[part] for refs in schemas]
+            arrays.append(pa.array([None if item is None else orjson.dumps(item) for item in cells], pa.string()))
         elif name.startswith("value."):
             path = name.split(".")[1:]
             arrays.append(pa.array([cell(item, path) for item in parsed] if parsed else [None] * n, pa.string()))

@@ -24,7 +24,10 @@ Dead-lettered records keep every original byte (base64) and say why (Kafka, then
      "partition_key_base64", "value_base64"}
 
 Keys and header values are text or base64 per the stream's encodings; values are the JSON
-itself (json), a string (text) or base64 (bytes).
+itself (json), a string (text) or base64 (bytes). A record with schema references (a schema
+registry integration, Confluent's wire format) ends with ``"key_schema"`` and/or
+``"value_schema"``: ``{"format": "AVRO", "id": "42"}`` (:mod:`tidemark.formats.schema_refs`);
+other records' lines are exactly as before those existed.
 
 Compression ``zstd`` (a stream's default, at its ``zstd_level``), ``gzip`` or ``none``
 (:mod:`tidemark.formats.compression`). Output is byte-for-byte deterministic (gzip
@@ -53,6 +56,7 @@ from typing import Any, BinaryIO
 import orjson
 
 from tidemark.eventtime import iso_utc
+from tidemark.formats import schema_refs
 from tidemark.formats.base import ArchivedEnvelope, RenderContext
 from tidemark.formats.compression import ZSTD_LEVEL, compressed, decompress, extension
 from tidemark.sources import EnvelopeNames, PartitionId
@@ -185,6 +189,9 @@ class JsonLinesFormat:
                 if frame.kind == DEAD_LETTER:
                     yield _dead_letter_line(frame, names, topic, partition)
                     continue
+                if frame.schemas:
+                    yield _with_schemas(next(iter(self.lines([frame._replace(schemas=())], context))), frame)
+                    continue
                 yield template % (
                     head,
                     frame.offset,
@@ -204,6 +211,9 @@ class JsonLinesFormat:
                 raise ValueError(f"position {frame.offset}: this source's envelope has no headers to keep them in")
             if frame.kind == DEAD_LETTER:
                 yield _dead_letter_line(frame, names, topic, partition)
+                continue
+            if frame.schemas:
+                yield _with_schemas(next(iter(self.lines([frame._replace(schemas=())], context))), frame)
                 continue
             parts: tuple[Any, ...] = (
                 head,
@@ -265,6 +275,7 @@ class JsonLinesFormat:
                     if headers_name is None
                     else tuple((item["key"], _unb64(item["value_base64"])) for item in envelope[headers_name]),
                     error=envelope["error"],
+                    schemas=schema_refs.from_envelope(envelope),
                 )
                 continue
             key = envelope.get(key_name)
@@ -285,7 +296,14 @@ class JsonLinesFormat:
                 ()
                 if headers_name is None
                 else tuple((item["key"], header_of(item["value"])) for item in envelope[headers_name]),
+                schemas=schema_refs.from_envelope(envelope),
             )
+
+
+def _with_schemas(line: bytes, frame: Frame) -> bytes:
+    """An archived record's line with its schema references after everything else."""
+    fields = orjson.dumps(schema_refs.envelope_fields(frame.schemas))
+    return b"%b,%b}\n" % (line[:-2], fields[1:-1])
 
 
 def _same_int(number: int) -> int:
@@ -311,6 +329,7 @@ def _dead_letter_line(frame: Frame, names: EnvelopeNames, topic: str, partition:
     }
     if names.headers is not None:
         envelope[names.headers] = [{"key": name, "value_base64": _b64(data)} for name, data in frame.headers]
+    envelope.update(schema_refs.envelope_fields(frame.schemas))
     return orjson.dumps(envelope, option=orjson.OPT_APPEND_NEWLINE)
 
 
@@ -333,7 +352,11 @@ def _json_of_line(line: bytes, envelope: dict[str, Any], names: EnvelopeNames) -
         dumps(names.key),
         dumps(envelope.get(names.key)),
     )
-    tail = b"}" if names.headers is None else b",%b:%b}" % (dumps(names.headers), dumps(envelope[names.headers]))
+    tail = b"" if names.headers is None else b",%b:%b" % (dumps(names.headers), dumps(envelope[names.headers]))
+    refs = {name: envelope[name] for name in schema_refs.FIELDS if name in envelope}
+    if refs:
+        tail += b",%b" % dumps(refs)[1:-1]
+    tail += b"}"
     if line.startswith(head) and line.endswith(tail) and len(line) > len(head) + len(tail):
         return line[len(head) : len(line) - len(tail)]
     return dumps(envelope["value"])
@@ -447,9 +470,10 @@ class _ChunkRenderer:
 
     def _render(self, chunk: list[Frame], frame_columns: tuple[tuple[Any, ...], ...]) -> bytes:
         """``frame_columns``: the chunk transposed (kinds, positions, ..., reasons)."""
-        kinds, positions, stamps, events, keys, values, headers, _reasons = frame_columns
+        kinds, positions, stamps, events, keys, values, headers, _reasons, schemas = frame_columns
         if (
             DEAD_LETTER in kinds
+            or any(schemas)
             or (self._seconds and min(stamps) < 0)
             or (not self._with_headers and any(headers))  # the per-record path says why not
         ):

@@ -15,6 +15,10 @@ Kafka schema (every column required unless marked nullable)::
                                             int64 (long), double, bool (boolean); nullable
                                             fields nullable, a missing field null
     headers     list<element: struct<key: string, value: string | binary>>, [] when none
+    key_schema    struct<format: string, id: string>, nullable   only with schema references
+    value_schema  struct<format: string, id: string>, nullable   (``RenderSpec.schema_refs``):
+                                                the schema the key / value was written with
+                                                (``format`` null when only the id is known)
 
 Kinesis schema (no headers column: Kinesis records have none)::
 
@@ -59,8 +63,10 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tidemark.formats import schema_refs
 from tidemark.formats.base import ArchivedEnvelope, RenderContext, ValueColumn
 from tidemark.formats.compression import ZSTD_LEVEL, PositionedSink, chunked
+from tidemark.records.model import Schemas
 from tidemark.sources import KAFKA_SHAPE, EnvelopeNames
 from tidemark.staging.frames import Frame
 
@@ -72,6 +78,8 @@ FORMAT_VERSION = "2.6"
 
 _VALUE_TYPES = {"string": pa.string(), "long": pa.int64(), "double": pa.float64(), "boolean": pa.bool_()}
 _TIMESTAMP = pa.timestamp("ms", tz="UTC")
+#: a schema reference column's type (``tidemark.formats.schema_refs``)
+SCHEMA_REF = pa.struct([pa.field("format", pa.string(), nullable=True), pa.field("id", pa.string(), nullable=False)])
 
 
 def _string_or_binary(encoding: str) -> pa.DataType:
@@ -104,6 +112,8 @@ def arrow_schema(context: RenderContext) -> pa.Schema:
             ]
         )
         fields.append(pa.field(names.headers, pa.list_(pa.field("element", header, nullable=False)), nullable=False))
+    if context.schema_refs:
+        fields += [pa.field(name, SCHEMA_REF, nullable=True) for name in schema_refs.FIELDS]
     return pa.schema(fields)
 
 
@@ -176,7 +186,7 @@ class ParquetFormat:
     @staticmethod
     def _table(chunk: list[Frame], context: RenderContext, schema: pa.Schema) -> pa.Table:
         n = len(chunk)
-        _kinds, offsets, timestamps, event_times, keys, values, headers, _reasons = zip(*chunk, strict=True)
+        _kinds, offsets, timestamps, event_times, keys, values, headers, _reasons, schemas = zip(*chunk, strict=True)
         if context.value_schema:
             value_type = schema.field("value").type
             children = typed_children(values, context.value_schema)
@@ -207,6 +217,11 @@ class ParquetFormat:
             columns.append(_headers(headers, schema.field(envelope.headers).type, n))
         elif any(headers):
             raise ValueError("this source's envelope has no headers to keep them in")
+        if context.schema_refs:
+            cells = list(zip(*map(schema_refs.columns, schemas), strict=True))
+            columns += [pa.array(column, SCHEMA_REF) for column in cells]
+        elif any(schemas):
+            raise ValueError("records with schema references need a render spec that keeps them (schema_refs)")
         return pa.Table.from_arrays(columns, schema=schema)
 
     def read(self, body: bytes, context: RenderContext) -> Iterator[ArchivedEnvelope]:
@@ -269,6 +284,12 @@ def _envelopes(batch: Any, names: EnvelopeNames) -> Iterator[ArchivedEnvelope]:
             tuple((item["key"], _as_bytes(item["value"])) for item in row) for row in column(names.headers).to_pylist()
         ]
     positions = column(names.position).to_pylist()
+    refs: list[Schemas | None] = [None] * batch.num_rows
+    if batch.schema.get_field_index("value_schema") >= 0:  # key_schema too: one goes with the other
+        refs = [
+            schema_refs.from_envelope({"key_schema": key, "value_schema": value})
+            for key, value in zip(column("key_schema").to_pylist(), column("value_schema").to_pylist(), strict=True)
+        ]
     rows = zip(
         column(names.source).to_pylist(),
         column(names.partition).to_pylist(),
@@ -278,10 +299,13 @@ def _envelopes(batch: Any, names: EnvelopeNames) -> Iterator[ArchivedEnvelope]:
         _to_bytes(column(names.key).to_pylist()),
         value_items,
         headers,
+        refs,
         strict=True,
     )
-    for topic, partition, offset, timestamp, event_time, key, value, header in rows:
+    for topic, partition, offset, timestamp, event_time, key, value, header, ref in rows:
         if typed:
-            yield ArchivedEnvelope(topic, partition, offset, timestamp, event_time, key, None, header, value)
+            yield ArchivedEnvelope(
+                topic, partition, offset, timestamp, event_time, key, None, header, value, schemas=ref
+            )
         else:
-            yield ArchivedEnvelope(topic, partition, offset, timestamp, event_time, key, value, header)
+            yield ArchivedEnvelope(topic, partition, offset, timestamp, event_time, key, value, header, schemas=ref)

@@ -2,8 +2,9 @@
 
 An object's SHA-256 changes when a library writes its own version into the file or a format
 changes its layout; its records do not. The content digest covers what the archive promises
-to keep -- kind, offset, timestamps, key, value, headers and dead-letter reason of every record,
-in offset order -- so an object already in S3 under a flush's key can be recognised as holding
+to keep -- kind, offset, timestamps, key, value, headers, dead-letter reason and (only when a
+record has any, so digests of records without them are what they always were) schema references
+of every record, in offset order -- so an object already in S3 under a flush's key can be recognised as holding
 the same records even when its bytes differ (an upgrade re-rendering a resumed flush).
 """
 
@@ -14,7 +15,7 @@ import struct
 from collections.abc import Iterable, Iterator
 from itertools import chain, islice, repeat
 
-from tidemark.staging.frames import Frame
+from tidemark.staging.frames import Frame, encode_meta
 
 _FIXED = struct.Struct("<Bqqqiiii")
 _HEADER_LENGTHS = struct.Struct("<II")
@@ -64,9 +65,9 @@ class ContentDigest:
             yield from chunk
 
     def _update_chunk(self, chunk: list[Frame]) -> None:
-        kinds, offsets, stamps, events, keys, values, headers, reasons = zip(*chunk, strict=True)
+        kinds, offsets, stamps, events, keys, values, headers, reasons, _schemas = zip(*chunk, strict=True)
         value_lengths = list(map(len, values))
-        if any(reasons) or max(offsets) > _I64_MAX or sum(value_lengths) > CHUNK_BYTES:
+        if any(reasons) or any(_schemas) or max(offsets) > _I64_MAX or sum(value_lengths) > CHUNK_BYTES:
             for frame in chunk:
                 self.update(frame)
             return
@@ -113,6 +114,8 @@ class ContentDigest:
             update(struct.pack("<II", len(encoded), len(data)))
             update(encoded)
             update(data)
+        if frame.schemas:
+            update(b"schemas" + encode_meta("", (), frame.schemas))
         self.records += 1
 
     def hexdigest(self) -> str:

@@ -23,4 +23,5 @@ class RefetchMismatchError(RearchiveError):
 
 
 class UnsupportedSourceError(RearchiveError):
-    """The stream's source cannot be read again by this command (Kinesis)."""
+    """The stream's source cannot be read again by this command (Kinesis), or not as it was
+    delivered (a schema registry integration decoded the values)."""

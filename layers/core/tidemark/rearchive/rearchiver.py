@@ -87,6 +87,11 @@ class Rearchiver:
             raise UnsupportedSourceError(
                 f"{stream.name}: rearchive reads Kafka; a Kinesis shard's range cannot be read again by offset here"
             )
+        if stream.config.source.schema_registry is not None:
+            raise UnsupportedSourceError(
+                f"{stream.name}: the mapping's schema registry integration decoded what was staged; Kafka holds the "
+                "producers' bytes, which rearchive cannot decode the same way"
+            )
         state = self._ledger.load(stream.name, partition)
         topic = stream.config.source.topic
         if state.source and state.source.rsplit("/", 1)[-1] != topic:

@@ -116,6 +116,10 @@ def format_1_size(frames: list[Frame]) -> int:
         FORMAT_1_HEADER
         + len(frame.key or b"")
         + len(frame.value)
-        + (len(encode_meta(frame.reason, frame.headers)) if frame.reason or frame.headers else 0)
+        + (
+            len(encode_meta(frame.reason, frame.headers, frame.schemas))
+            if frame.reason or frame.headers or frame.schemas
+            else 0
+        )
         for frame in frames
     )

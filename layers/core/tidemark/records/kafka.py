@@ -24,6 +24,11 @@ headers other than ``null`` and ``[]``, headers that are not lists of dicts, non
 records that are not exactly dicts. Anything unusual sends the group through the per-record path,
 which names the first bad field exactly as before. Records are grouped by topic-partition
 in delivery order.
+
+A mapping with a schema registry integration adds ``keySchemaMetadata`` / ``valueSchemaMetadata``
+(``{"dataFormat": "AVRO", "schemaId": "..."}``: Powertools' ``KafkaEventRecordSchemaMetadata``)
+to each record it validated; they become the record's ``schemas`` (key before value), which the
+archive's envelope keeps. A group without them costs two C-level scans more.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ import binascii
 import marshal
 from collections.abc import Iterable, Mapping
 from itertools import chain, repeat
-from operator import add, attrgetter, eq, itemgetter
+from operator import add, attrgetter, eq, is_not, itemgetter
 from typing import Annotated, Any
 
 import msgspec
@@ -40,7 +45,7 @@ from aws_lambda_powertools.shared.functions import decode_header_bytes
 
 from tidemark.exceptions import MalformedEventError
 from tidemark.names import TOPIC, matches
-from tidemark.records.model import PartitionBatch, Record
+from tidemark.records.model import PartitionBatch, Record, SchemaRef, Schemas
 from tidemark.sources import PartitionId
 
 # Self-managed Kafka comes in two spellings: the AWS docs' "SelfManagedKafka" and the
@@ -72,7 +77,12 @@ _ENCODED = frozenset({str, type(None)})
 _PARTITION, _OFFSET, _TIMESTAMP = itemgetter("partition"), itemgetter("offset"), itemgetter("timestamp")
 _TOPIC, _VALUE = attrgetter("topic"), itemgetter(4)
 _SAMPLE = 9  # neighbouring records whose headers decide between a conversion each and sharing them
-_LIST_TAG = marshal.dumps([], 0)[:1]  # marshal version 0 (no back-references): b"[" + int32 count + items
+_LIST_TAG = marshal.dumps([], 0)[:1]
+#: the record fields a schema registry integration adds, in the order ``Record.schemas`` keeps
+_SCHEMA_FIELDS = (
+    ("key", "keySchemaMetadata"),
+    ("value", "valueSchemaMetadata"),
+)  # marshal version 0 (no back-references): b"[" + int32 count + items
 
 
 def source_identity(event: Mapping[str, Any], topic: str) -> str:
@@ -119,9 +129,13 @@ def _convert(raw: Mapping[str, Any], position: int, topics: set[str]) -> Record:
         key = None if encoded_key is None else binascii.a2b_base64(encoded_key, strict_mode=True)
     except (binascii.Error, TypeError, ValueError) as exc:
         raise MalformedEventError(f"record #{position}: key/value is not valid base64 ({exc})") from None
+    try:
+        schemas = _schemas(raw)
+    except (TypeError, ValueError) as exc:
+        raise MalformedEventError(f"record #{position}: {exc}") from None
     raw_headers = raw.get("headers")
     if not raw_headers:
-        return Record(topic, partition, offset, timestamp, value, key)
+        return Record(topic, partition, offset, timestamp, value, key, (), schemas)
     headers: list[tuple[str, bytes]] = []
     for chunk in raw_headers:
         if not isinstance(chunk, Mapping):
@@ -137,7 +151,29 @@ def _convert(raw: Mapping[str, Any], position: int, topics: set[str]) -> Record:
                 headers.append((str(name), decoded))
             except (TypeError, ValueError) as exc:
                 raise MalformedEventError(f"record #{position}: header {name!r} is not a byte array ({exc})") from None
-    return Record(topic, partition, offset, timestamp, value, key, tuple(headers))
+    return Record(topic, partition, offset, timestamp, value, key, tuple(headers), schemas)
+
+
+def _schemas(raw: Mapping[str, Any]) -> Schemas:
+    """The schema references a registry integration added to one record (``()`` without one);
+    ``ValueError`` naming the field when one is not ``{"dataFormat": str, "schemaId": str}``."""
+    found: list[SchemaRef] = []
+    for part, name in _SCHEMA_FIELDS:
+        meta = raw.get(name)
+        if meta is None:
+            continue
+        if type(meta) is not dict or {type(meta.get("dataFormat")), type(meta.get("schemaId"))} != _STR:
+            raise ValueError(f"{name} must be an object with string dataFormat and schemaId, got {meta!r}")
+        found.append(SchemaRef(part, meta["dataFormat"], meta["schemaId"]))
+    return tuple(found)
+
+
+def _with_schemas(chunk: list[Any], records: list[Record]) -> list[Record]:
+    """``records`` with the schema references of the raw records they were read from."""
+    present = chain.from_iterable(map(dict.get, chunk, repeat(name)) for _part, name in _SCHEMA_FIELDS)
+    if not any(map(is_not, present, repeat(None))):
+        return records
+    return [record._replace(schemas=_schemas(raw)) for raw, record in zip(chunk, records, strict=True)]
 
 
 def _headers(raw: object) -> _Headers:
@@ -161,19 +197,19 @@ def _headers(raw: object) -> _Headers:
     return tuple(headers)
 
 
-def _header_column(column: list[Any]) -> Iterable[tuple[_Headers]]:
-    """Each record's headers, as 1-tuples to append to its fields. Records whose header lists
+def _header_column(column: list[Any]) -> Iterable[tuple[_Headers, Schemas]]:
+    """Each record's headers and (no) schemas, as pairs to append to its fields. Records whose header lists
     marshal alike (type-exact, in order) share one conversion: the common group carries the same
     headers on every record, and ``marshal`` checks that in one C call over the column."""
     first = column[0]
     encoded = marshal.dumps(first, 0)
     if marshal.dumps(column, 0) == _LIST_TAG + len(column).to_bytes(4, "little") + encoded * len(column):
-        return repeat((_headers(first),))
+        return repeat((_headers(first), ()))
     sample = column[:_SAMPLE]
     if sum(map(eq, sample, sample[1:])) * 2 < len(sample) - 1:  # most records have headers of their own
-        return list(zip(map(_headers, column)))
+        return list(zip(map(_headers, column), repeat(())))
     keys = list(map(marshal.dumps, column, repeat(0)))
-    converted = {key: (_headers(raw),) for key, raw in dict(zip(keys, column, strict=True)).items()}
+    converted = {key: (_headers(raw), ()) for key, raw in dict(zip(keys, column, strict=True)).items()}
     return list(map(converted.__getitem__, keys))
 
 
@@ -209,7 +245,10 @@ def _columns(chunk: list[Any], topics: set[str]) -> list[Record] | None:
     records: list[Record] = list(map(_new_record, repeat(Record), map(add, map(_astuple, fields), headers)))
     if None in map(_VALUE, records):  # a null value (a tombstone) is b""
         records = [record if record[4] is not None else record._replace(value=b"") for record in records]
-    return records
+    try:
+        return _with_schemas(chunk, records)
+    except (TypeError, ValueError):
+        return None
 
 
 def parse_kafka_event(event: Any) -> list[PartitionBatch]:

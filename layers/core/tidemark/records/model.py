@@ -8,6 +8,23 @@ from typing import NamedTuple
 from tidemark.sources import KAFKA, PartitionId
 
 
+class SchemaRef(NamedTuple):
+    """The schema a record's key or value was written with, as far as the source says.
+
+    ``part`` is ``key`` or ``value``; ``id`` the registry's id for the schema (a Confluent
+    registry's integer as text, a Glue schema version's UUID); ``format`` the data format the
+    event source mapping names (``AVRO``, ``PROTOBUF``, ``JSON``), or ``""`` when only the id
+    is known (Confluent's wire format carries the id, not the format)."""
+
+    part: str
+    format: str
+    id: str
+
+
+#: a record's schema references, key before value; ``()`` for the common record
+Schemas = tuple[SchemaRef, ...]
+
+
 class Record(NamedTuple):
     """One record of one partition, with its bytes decoded exactly as the broker stored them.
 
@@ -22,6 +39,7 @@ class Record(NamedTuple):
     value: bytes
     key: bytes | None = None
     headers: tuple[tuple[str, bytes], ...] = ()
+    schemas: Schemas = ()  # from the mapping's schema registry integration, or Confluent's wire format
 
 
 @dataclass(slots=True)

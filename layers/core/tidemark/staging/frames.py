@@ -9,8 +9,14 @@ torn or damaged write is detected instead of being read as data::
     magic "TM" | crc32 u32 | kind u8 | offset i64 | timestamp i64 | event_time i64
     | key_len i32 (-1 = null) | value_len u32 | meta_len u32 | key | value | meta
 
-``meta`` is empty for the common case (no headers, not dead-lettered); otherwise it holds the
-dead-letter reason and the headers, each length-prefixed.
+``meta`` is empty for the common case (no headers, not dead-lettered, no schema references);
+otherwise it holds the dead-letter reason and the headers, each length-prefixed, then -- only
+when the record has any -- its schema references (``Record.schemas``)::
+
+    reason_len u32 | reason | header_count u32 | (name_len u32 | data_len u32 | name | data)*
+    [ schema_count u32 | (part, format, id: each len u32 | utf-8)* ]
+
+A meta without schema references is byte for byte what it was before they existed.
 
 A position beyond a signed 64-bit offset (a Kinesis sequence number: up to 129 decimal digits)
 is framed with magic ``"TW"`` instead: the ``offset`` field holds the position's byte length
@@ -25,6 +31,8 @@ import struct
 import zlib
 from collections.abc import Sequence
 from typing import NamedTuple
+
+from tidemark.records.model import SchemaRef, Schemas
 
 RAW = 0
 DEAD_LETTER = 1
@@ -59,18 +67,44 @@ class Frame(NamedTuple):
     value: bytes
     headers: tuple[tuple[str, bytes], ...] = ()
     reason: str = ""
+    schemas: Schemas = ()
 
 
-def encode_meta(reason: str, headers: Sequence[tuple[str, bytes]]) -> bytes:
+Meta = tuple[str, tuple[tuple[str, bytes], ...], Schemas]
+
+
+def encode_meta(reason: str, headers: Sequence[tuple[str, bytes]], schemas: Schemas = ()) -> bytes:
     reason_bytes = reason.encode("utf-8")
     parts = [_U32.pack(len(reason_bytes)), reason_bytes, _U32.pack(len(headers))]
     for name, data in headers:
         name_bytes = name.encode("utf-8")
         parts += [_HEADER_ITEM.pack(len(name_bytes), len(data)), name_bytes, data]
+    if schemas:
+        parts.append(_U32.pack(len(schemas)))
+        for schema in schemas:
+            for text in schema:
+                encoded = text.encode("utf-8")
+                parts += [_U32.pack(len(encoded)), encoded]
     return b"".join(parts)
 
 
-def decode_meta(meta: bytes) -> tuple[str, tuple[tuple[str, bytes], ...]]:
+def _decode_schemas(meta: bytes, pos: int) -> Schemas:
+    (count,) = _U32.unpack_from(meta, pos)
+    pos += 4
+    schemas = []
+    for _ in range(count):
+        texts = []
+        for _field in range(3):
+            (length,) = _U32.unpack_from(meta, pos)
+            texts.append(meta[pos + 4 : pos + 4 + length].decode("utf-8"))
+            pos += 4 + length
+        schemas.append(SchemaRef(*texts))
+    if not schemas or pos != len(meta):
+        raise ValueError("trailing bytes in frame metadata")
+    return tuple(schemas)
+
+
+def decode_meta(meta: bytes) -> Meta:
     (reason_len,) = _U32.unpack_from(meta, 0)
     pos = 4 + reason_len
     reason = meta[4:pos].decode("utf-8")
@@ -84,9 +118,9 @@ def decode_meta(meta: bytes) -> tuple[str, tuple[tuple[str, bytes], ...]]:
         pos += name_len
         headers.append((name, meta[pos : pos + data_len]))
         pos += data_len
-    if pos != len(meta):
-        raise ValueError("trailing bytes in frame metadata")
-    return reason, tuple(headers)
+    if pos > len(meta):
+        raise ValueError("frame metadata runs past its end")
+    return reason, tuple(headers), _decode_schemas(meta, pos) if pos < len(meta) else ()
 
 
 def decode_frames(data: bytes) -> list[Frame]:
@@ -124,10 +158,14 @@ def decode_frames(data: bytes) -> list[Frame]:
         key = None if key_len < 0 else data[cursor:value_start]
         if meta_len:
             try:
-                reason, headers = decode_meta(data[meta_start:body_end])
+                reason, headers, schemas = decode_meta(data[meta_start:body_end])
             except (struct.error, ValueError) as exc:  # UnicodeDecodeError is a ValueError
                 raise TornFrameError(pos, f"bad metadata ({exc})") from None
-            append(Frame(kind, offset, timestamp, event_time, key, data[value_start:meta_start], headers, reason))
+            if schemas:  # version 1 predates them
+                raise TornFrameError(pos, "schema references in a version-1 frame")
+            append(
+                Frame(kind, offset, timestamp, event_time, key, data[value_start:meta_start], headers, reason, schemas)
+            )
         else:
             append(Frame(kind, offset, timestamp, event_time, key, data[value_start:meta_start]))
         pos = body_end

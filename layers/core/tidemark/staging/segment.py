@@ -1,4 +1,4 @@
-"""The staging segment format (version 2): a columnar index and one checksum per segment.
+"""The staging segment format (versions 2 and 3): a columnar index and one checksum per segment.
 
 A segment holds the records one batch adds to one buffer. Version 2 writes them column by
 column, so encoding and decoding are a handful of C calls per segment rather than several per
@@ -14,6 +14,11 @@ record (a header and a CRC per record cost more than everything else a segment w
 
 ``meta`` is what a version-1 frame carries there: empty for the common record (no headers, not
 dead-lettered), else the dead-letter reason and the headers (``tidemark.staging.frames``).
+
+Version 3 is version 2 whose metas may also hold schema references (``Record.schemas``): a
+segment is written as version 3 only when one of its records has any, so every other segment
+stays version 2 byte for byte, and a version that predates references meets a version-3
+segment as an intact segment of a newer version (its flush waits), never as damage.
 
 A torn write is detected as surely as with per-record CRCs: the trailer's magic and checksum
 cover every byte, and the declared lengths must add up to the file's size exactly. Segments of
@@ -38,6 +43,7 @@ from tidemark.staging.frames import (
     MAGIC,
     WIDE_MAGIC,
     Frame,
+    Meta,
     TornFrameError,
     decode_frames,
     decode_meta,
@@ -45,6 +51,7 @@ from tidemark.staging.frames import (
 )
 
 SEGMENT_MAGIC = b"TSG2"
+REFS_MAGIC = b"TSG3"  # version 2's layout, schema references in its metas
 # Every segment format from 2 on starts with "TSG" and its version, and ends with the trailer
 # below (CRC-32 of every byte before it, "TSGE"): an intact segment of a newer version is told
 # from a damaged one, and reported as unsupported (its flush waits), never as damage.
@@ -68,9 +75,14 @@ def encode_segment(
     keys: Sequence[bytes | None],
     values: Sequence[bytes],
     metas: Sequence[bytes],
+    *,
+    schema_refs: bool = False,
 ) -> bytes:
-    """One segment from its columns (every sequence holds one entry per record, in order)."""
-    return b"".join(segment_parts(kinds, positions, timestamps, event_times, keys, values, metas))
+    """One segment from its columns (every sequence holds one entry per record, in order);
+    ``schema_refs``: some metas hold schema references (version 3)."""
+    return b"".join(
+        segment_parts(kinds, positions, timestamps, event_times, keys, values, metas, schema_refs=schema_refs)
+    )
 
 
 def segment_parts(
@@ -81,6 +93,8 @@ def segment_parts(
     keys: Sequence[bytes | None],
     values: Sequence[bytes],
     metas: Sequence[bytes],
+    *,
+    schema_refs: bool = False,
 ) -> list[bytes]:
     """``encode_segment``'s bytes as the parts they are made of, in order, never joined: the
     archiver hands them to one ``writev`` (joining a batch's values twice more would copy every
@@ -96,7 +110,7 @@ def segment_parts(
     present = [key for key in keys if key is not None]
     key_lens = array("i", [-1 if key is None else len(key) for key in keys]) if len(present) < count else None
     parts = [
-        _HEADER.pack(SEGMENT_MAGIC, flags, count, len(position_bytes)),
+        _HEADER.pack(REFS_MAGIC if schema_refs else SEGMENT_MAGIC, flags, count, len(position_bytes)),
         array("B", kinds).tobytes(),
         array("q", timestamps).tobytes(),
         array("q", event_times).tobytes(),
@@ -124,12 +138,19 @@ def segment_of_frames(frames: Sequence[Frame]) -> bytes:
         [frame.event_time_ms for frame in frames],
         [frame.key for frame in frames],
         [frame.value for frame in frames],
-        [encode_meta(frame.reason, frame.headers) if frame.headers or frame.reason else b"" for frame in frames],
+        [
+            encode_meta(frame.reason, frame.headers, frame.schemas)
+            if frame.headers or frame.reason or frame.schemas
+            else b""
+            for frame in frames
+        ],
+        schema_refs=any(frame.schemas for frame in frames),
     )
 
 
 def is_segment_v2(data: bytes) -> bool:
-    return data[:4] == SEGMENT_MAGIC
+    """Version 2 or its extension 3 (the columnar layout)."""
+    return data[:4] in (SEGMENT_MAGIC, REFS_MAGIC)
 
 
 def decode_segment(data: bytes) -> list[Frame]:
@@ -137,7 +158,7 @@ def decode_segment(data: bytes) -> list[Frame]:
     damaged anywhere, :class:`UnsupportedSegmentError` if a newer version wrote it."""
     if data[:2] in (MAGIC, WIDE_MAGIC) or not data:
         return decode_frames(data)
-    if data[:3] == FAMILY and len(data) > 3 and data[:4] != SEGMENT_MAGIC and _intact(data):
+    if data[:3] == FAMILY and len(data) > 3 and not is_segment_v2(data) and _intact(data):
         raise UnsupportedSegmentError(f"segment format {data[3:4]!r} is newer than this version reads")
     return _decode_v2(data)  # also for a damaged version byte: torn
 
@@ -155,8 +176,9 @@ def _decode_v2(data: bytes) -> list[Frame]:
     if size < _HEADER.size + _TRAILER.size:
         raise TornFrameError(0, f"{size} bytes cannot hold a segment's header and trailer")
     magic, flags, count, positions_len = _HEADER.unpack_from(data, 0)
-    if magic != SEGMENT_MAGIC:
+    if magic not in (SEGMENT_MAGIC, REFS_MAGIC):
         raise TornFrameError(0, "bad magic")
+    refs_allowed = magic == REFS_MAGIC
     crc, trailer = _TRAILER.unpack_from(data, size - _TRAILER.size)
     if trailer != TRAILER_MAGIC:
         raise TornFrameError(size - _TRAILER.size, "no segment trailer (a torn write)")
@@ -190,7 +212,7 @@ def _decode_v2(data: bytes) -> list[Frame]:
     meta_ends = list(accumulate(meta_lens, initial=value_ends[-1]))
     frames: list[Frame] = []
     append = frames.append
-    metas: dict[bytes, tuple[str, tuple[tuple[str, bytes], ...]]] = {}  # records mostly repeat their headers
+    metas: dict[bytes, Meta] = {}  # records mostly repeat their headers
     for index in range(count):
         key_len = key_lens[index]
         key = None if key_len < 0 else data[key_ends[index] : key_ends[index + 1]]
@@ -203,10 +225,20 @@ def _decode_v2(data: bytes) -> list[Frame]:
                     decoded = metas[meta] = decode_meta(meta)
                 except (struct.error, ValueError) as exc:  # UnicodeDecodeError is a ValueError
                     raise TornFrameError(meta_ends[index], f"bad metadata ({exc})") from None
-            reason, headers = decoded
+            reason, headers, schemas = decoded
+            if schemas and not refs_allowed:
+                raise TornFrameError(meta_ends[index], "schema references in a version-2 segment")
             append(
                 Frame(
-                    kinds[index], positions[index], timestamps[index], event_times[index], key, value, headers, reason
+                    kinds[index],
+                    positions[index],
+                    timestamps[index],
+                    event_times[index],
+                    key,
+                    value,
+                    headers,
+                    reason,
+                    schemas,
                 )
             )
         else:
@@ -244,6 +276,7 @@ def take(column: Sequence[T], indices: Sequence[int]) -> list[T]:
 
 
 __all__ = [
+    "REFS_MAGIC",
     "SEGMENT_MAGIC",
     "decode_segment",
     "encode_segment",

@@ -16,6 +16,7 @@ from tidemark.routing import Routed
 from tidemark.staging.frames import DEAD_LETTER, NO_EVENT_TIME, RAW, encode_meta
 from tidemark.staging.segment import segment_parts, take
 from tidemark.staging.store import PendingSegment
+from tidemark.wireformat import Detector
 
 Headers = tuple[tuple[str, bytes], ...]
 _BUFFER = itemgetter(0)  # of a Routed
@@ -24,11 +25,15 @@ _EVENT_MS = itemgetter(2)  # of a Routed
 
 class SegmentEncoder:
     """Encodes segments; keeps the encoded metadata of the headers records carry (most carry
-    the same few), so a record's headers are encoded once per container, not once per record."""
+    the same few), so a record's headers are encoded once per container, not once per record.
 
-    def __init__(self, cache_size: int = 4096) -> None:
+    ``detect`` reads schema references from each record's bytes (``tidemark.wireformat``); they
+    join the ones the record came with, and are staged in the record's metadata."""
+
+    def __init__(self, cache_size: int = 4096, detect: Detector | None = None) -> None:
         self._metas: dict[Headers, bytes] = {}
         self._cache_size = cache_size
+        self._detect = detect
 
     def encode(self, records: Sequence[Record], routes: Sequence[Routed]) -> list[PendingSegment]:
         """One segment per buffer, in the order buffers first appear; ``records[i]`` was routed
@@ -45,18 +50,33 @@ class SegmentEncoder:
         ]
 
     def _segment(self, buffer: BufferKey, records: Sequence[Record], routes: Sequence[Routed]) -> PendingSegment:
-        _topics, _partitions, positions, timestamps, values, keys, headers = zip(*records, strict=True)
+        _topics, _partitions, positions, timestamps, values, keys, headers, schemas = zip(*records, strict=True)
         count = len(records)
+        if self._detect is not None:
+            schemas = tuple(
+                given or found for given, found in zip(schemas, map(self._detect, keys, values), strict=True)
+            )
+        refs = any(schemas)
         if buffer.kind == ERRORS_KIND:
             kinds = [DEAD_LETTER] * count
             event_times = [NO_EVENT_TIME] * count
-            metas = [encode_meta(route.detail, pairs) for route, pairs in zip(routes, headers, strict=True)]
+            metas = [
+                encode_meta(route.detail, pairs, refs)
+                for route, pairs, refs in zip(routes, headers, schemas, strict=True)
+            ]
+        elif refs:  # a schema registry integration, or a wire format: per record
+            kinds = [RAW] * count
+            event_times = list(map(_EVENT_MS, routes))
+            metas = [
+                encode_meta("", pairs, refs) if pairs or refs else b""
+                for pairs, refs in zip(headers, schemas, strict=True)
+            ]
         else:
             kinds = [RAW] * count
             event_times = list(map(_EVENT_MS, routes))
             cached = self._metas.get
             metas = [(cached(pairs) or self._meta(pairs)) if pairs else b"" for pairs in headers]
-        parts = segment_parts(kinds, positions, timestamps, event_times, keys, values, metas)
+        parts = segment_parts(kinds, positions, timestamps, event_times, keys, values, metas, schema_refs=refs)
         return PendingSegment(buffer, parts, count, positions[0], positions[-1])
 
     def _meta(self, headers: Headers) -> bytes:

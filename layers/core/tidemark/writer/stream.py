@@ -6,13 +6,14 @@ from dataclasses import dataclass
 
 from tidemark.buffers import ERRORS_KIND, RAW_KIND, BufferKey
 from tidemark.clock import Clock
-from tidemark.config.model import ArchiveSettings, StreamConfig, key_fixed_part
+from tidemark.config.model import SCHEMA_REF_FORMATS, ArchiveSettings, StreamConfig, key_fixed_part
 from tidemark.flush import FlushPolicy
 from tidemark.formats import ObjectFormat, RenderSpec, extension_of, format_of
 from tidemark.ledger.model import OpenBuffer
 from tidemark.objects.keys import object_key
 from tidemark.routing import Router
 from tidemark.sources import PartitionId, shape_of
+from tidemark.wireformat import detector
 from tidemark.writer.segments import SegmentEncoder
 
 # Dead letters keep every original byte (base64) and their reason; one format for them, whatever
@@ -50,7 +51,13 @@ class StreamContext:
             FlushPolicy(config.flush),
             render_spec(config),
             errors.encode(),
-            SegmentEncoder(),
+            SegmentEncoder(
+                detect=detector(
+                    config.encoding.wire_format,
+                    key=config.encoding.key == "bytes",
+                    value=config.encoding.value == "bytes",
+                )
+            ),
         )
 
     @property
@@ -109,4 +116,5 @@ def render_spec(config: StreamConfig) -> str:
         value_schema=fmt.value_schema.encoded if fmt.value_schema is not None else "",
         columns=",".join(config.csv_columns) if fmt.type == "csv" else "",
         source=config.source.shape.kind,
+        schema_refs=config.schema_refs and fmt.type in SCHEMA_REF_FORMATS,
     ).encode()
