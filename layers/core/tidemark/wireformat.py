@@ -11,12 +11,35 @@ as it is, without an id: nothing is lost, and nothing is made up.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 
+from tidemark.exceptions import TidemarkError
 from tidemark.records.model import SchemaRef, Schemas
 
 MAGIC = 0
-HEADER_BYTES = 5  # magic byte + 4-byte schema id
+_HEADER = struct.Struct(">BI")  # magic byte, schema id (big-endian)
+HEADER_BYTES = _HEADER.size
+
+
+class NotWireFormatError(TidemarkError, ValueError):
+    """Bytes that do not start with Confluent's wire-format header (magic byte 0 + schema id)."""
+
+
+def encode(schema_id: int, payload: bytes) -> bytes:
+    """``payload`` as a Confluent serializer writes it: magic byte 0, the schema id, the payload."""
+    return _HEADER.pack(MAGIC, schema_id) + payload
+
+
+def parse(data: bytes) -> tuple[int, bytes]:
+    """The schema id and the payload of Confluent's wire format; ``NotWireFormatError`` otherwise."""
+    if len(data) < HEADER_BYTES:
+        raise NotWireFormatError(f"{len(data)} bytes: shorter than the {HEADER_BYTES}-byte wire-format header")
+    magic, schema_id = _HEADER.unpack_from(data)
+    if magic != MAGIC:
+        raise NotWireFormatError(f"magic byte {data[0]:#04x}, not {MAGIC:#04x}")
+    return schema_id, data[HEADER_BYTES:]
+
 
 #: a record's key and value -> the schema references their bytes carry
 Detector = Callable[[bytes | None, bytes], Schemas]
@@ -24,9 +47,9 @@ Detector = Callable[[bytes | None, bytes], Schemas]
 
 def schema_id(data: bytes | None) -> str | None:
     """The schema id ``data`` starts with in Confluent's wire format, or ``None``."""
-    if data is None or len(data) < HEADER_BYTES or data[0] != MAGIC:
+    if data is None or len(data) < HEADER_BYTES or data[0] != MAGIC:  # checked first: no exception per record
         return None
-    return str(int.from_bytes(data[1:HEADER_BYTES], "big"))
+    return str(parse(data)[0])
 
 
 def detector(wire_format: str, *, key: bool, value: bool) -> Detector | None:

@@ -96,6 +96,16 @@ def demo(
             "then archived exactly once, across both epochs.",
         ),
     ] = False,
+    avro: Annotated[
+        bool,
+        typer.Option(
+            "--avro",
+            help="Kafka: produce the orders as Avro values in Confluent's wire format (magic byte, schema id). A "
+            "local Confluent-compatible schema registry (loopback, basic auth from a Secrets Manager secret) decodes "
+            "them to JSON, as the mapping's registry integration (source.schema_registry, record_format json) does "
+            "in AWS; the archive keeps each value's schema id.",
+        ),
+    ] = False,
     seed: Annotated[int, typer.Option(help="Seed for the workload and the chaos; a run replays with its seed.")] = 7,
     format: Annotated[
         str | None,
@@ -201,6 +211,7 @@ def demo(
             aggregate=False if no_aggregate else (True if aggregate else None),
             chaos=chaos,
             recreate_topic=recreate_topic,
+            avro=avro,
             format=format,
             compression=compression,
             partition_by=tuple(partition_by or ()),

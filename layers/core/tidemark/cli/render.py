@@ -89,6 +89,15 @@ def render_result(console: Console, result: DemoResult) -> None:
     )
     for error in delivery["function_errors"]:
         console.print(f"[yellow]function error seen:[/yellow] {error}")
+    registry = data.get("schema_registry")
+    if registry is not None:
+        rejected_by = ", ".join(f"{reason} {count}" for reason, count in registry["reasons"].items())
+        console.print(
+            f"schema registry: {registry['url']} (subject {registry['subject']}, schema id {registry['schema_id']}); "
+            f"the mapping's integration delivered the values as {registry['record_format']}, "
+            f"{registry['rejected']} records rejected{' (' + rejected_by + ')' if rejected_by else ''}",
+            markup=False,
+        )
     if data.get("epochs") is not None:
         epochs = data["epochs"]
         started = ", ".join(f"partition {p}: epoch {e}" for p, e in sorted(epochs["started"].items())) or "none"
@@ -174,9 +183,10 @@ def render_result(console: Console, result: DemoResult) -> None:
             for kind in ("missing", "duplicated", "out_of_order", "different", "unexpected")
             if replay[kind]["count"]
         )
+        against = "the archived (registry-decoded) values" if "compared_with" in replay else "the source"
         console.print(
             f"replay into {replay['topic']}: {replay['records']} records, "
-            f"{'equal to the source record by record' if replay['equal'] else 'DIFFERENT: ' + faults}{rerun}",
+            f"{f'equal to {against} record by record' if replay['equal'] else 'DIFFERENT: ' + faults}{rerun}",
             markup=False,
         )
     timings = ", ".join(f"{name} {seconds:.1f}s" for name, seconds in data["timings_s"].items())

@@ -12,6 +12,12 @@
 Every step runs the same code as production; only the AWS endpoints are local. This module is
 the script of the steps; what touches the source -- producing and the local mapping -- is a
 ``SourceRunner`` per kind (``demo_kafka``, ``demo_kinesis``).
+
+With ``--avro`` (Kafka) the orders are Avro values in Confluent's wire format, their schema in a
+local Confluent-compatible registry (``workload_avro``); the stream gets ``source.schema_registry``
+(``record_format: json``) and the local mapping's registry integration decodes each value to JSON
+before the archiver sees it, as the mapping does in AWS. The archive, and so the replay, hold
+that JSON, with each value's schema id.
 """
 
 from __future__ import annotations
@@ -48,7 +54,8 @@ from tidemark.embedded.demo_replay import run_replay
 from tidemark.embedded.esm.invokers import ChildInvoker, InProcessInvoker, Invoker
 from tidemark.embedded.esm.mapping import MappingStats
 from tidemark.embedded.lambda_runtime import HandlerRef, patched_environ
-from tidemark.embedded.workload import generate
+from tidemark.embedded.workload import MALFORMED_KINDS, generate
+from tidemark.embedded.workload_avro import AVRO_MALFORMED_KINDS, AvroOrders, avro_registry
 from tidemark.eventtime import HourBucketer
 from tidemark.exceptions import ConfigError
 from tidemark.kafka_log import KafkaLog
@@ -86,6 +93,7 @@ class DemoResult:
     source: str = KAFKA  # the source kind: kafka or kinesis
     stream_arn: str | None = None  # Kinesis: the stream the records' eventSourceARN names
     shards: dict[str, Any] | None = None  # Kinesis: the shards, which one was split into which
+    schema_registry: dict[str, Any] | None = None  # --avro: the local registry and the integration's rejections
 
     @property
     def ok(self) -> bool:
@@ -141,6 +149,7 @@ class DemoResult:
                 "lost_commits": self.mapping.lost_commits,
                 "largest_batch": self.mapping.max_batch,
                 "function_errors": self.mapping.errors,
+                "registry_rejected": self.mapping.registry_rejected,
             },
             "drained_objects": self.drained_objects,
             "sweeper": self.sweeper,
@@ -148,15 +157,20 @@ class DemoResult:
             "chaos": None if self.chaos is None else self.chaos.summary(),
             "epochs": self.epochs,
             "shards": self.shards,
+            "schema_registry": self.schema_registry,
             "timings_s": {name: round(seconds, 2) for name, seconds in self.timings_s.items()},
         }
 
 
-def demo_config(options: DemoOptions) -> tuple[dict[str, Any], TidemarkConfig, StreamConfig]:
+def demo_config(
+    options: DemoOptions, schema_registry: dict[str, Any] | None = None
+) -> tuple[dict[str, Any], TidemarkConfig, StreamConfig]:
     """The config file with the demo's overrides, validated; and the stream the demo drives.
 
     ``--topic`` names the Kafka topic, or for a Kinesis stream the stream (the name in its ARN,
-    which a Kinesis source's topic is derived from)."""
+    which a Kinesis source's topic is derived from). ``schema_registry`` (``--avro``, once the
+    local registry runs) becomes the stream's ``source.schema_registry``, in provisioned mode as
+    the integration requires (``archiver.provisioned_pollers``, unless the config sets it)."""
     path = options.config_file
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -173,7 +187,19 @@ def demo_config(options: DemoOptions) -> tuple[dict[str, Any], TidemarkConfig, S
             f"--source {options.source}: stream {name!r} of {path} reads a {kind} source; pass a --config "
             f"whose stream reads {options.source} (or leave --config out for the example one)"
         )
+    if options.avro and kind != KAFKA:
+        raise ConfigError(f"--avro: a schema registry integration is for Kafka sources; stream {name!r} reads {kind}")
     raw = data["streams"][names.index(name)]
+    if raw["source"].get("schema_registry") is not None and not options.avro:
+        raise ConfigError(
+            f"stream {name!r} of {path} validates its values with source.schema_registry: run the demo with "
+            "--avro (its local registry stands in for the configured one)"
+        )
+    if schema_registry is not None:
+        raw["source"]["schema_registry"] = schema_registry
+        archiver = raw.setdefault("archiver", {})
+        if archiver.get("provisioned_pollers") is None:
+            archiver["provisioned_pollers"] = {}  # the defaults: the integration only needs the mode
     if options.topic and kind == KINESIS:
         raw["source"]["stream_arn"] = f"{raw['source']['stream_arn'].rsplit('/', 1)[0]}/{options.topic}"
     elif options.topic:
@@ -251,11 +277,21 @@ class Demo:
                 )
             )
             runner.connect(aws)
+            avro: AvroOrders | None = None
+            if options.avro:
+                self.ui.step(
+                    "starting a Confluent-compatible schema registry on loopback; registering the order schema"
+                )
+                avro = stack.enter_context(avro_registry(aws, stream.source.topic))
+                data, config, stream = demo_config(options, schema_registry=avro.schema_registry())
             env = {**aws.environment(), ENV_JSON: json.dumps(data, default=str)}
             stack.enter_context(patched_environ(env))
             self._lap("start_services")
 
-            orders = list(generate(options.workload, int(time.time() * 1000), stream.event_time.timezone))
+            kinds = AVRO_MALFORMED_KINDS if avro is not None else MALFORMED_KINDS
+            orders = list(generate(options.workload, int(time.time() * 1000), stream.event_time.timezone, kinds))
+            if avro is not None:
+                orders = avro.encode(orders)
             chaos = Chaos(options.seed, crash_rate=options.crash_rate, lost_commit_rate=options.lost_commit_rate)
             warm_log = stack.enter_context((workdir / "handler.log").open("a", encoding="utf-8"))
             warm: Invoker = InProcessInvoker(handler, warm_log)
@@ -295,6 +331,10 @@ class Demo:
             if kind == KAFKA:
                 self.ui.step("replaying the archive into a new topic, checked record by record against the source")
                 replay = self._replay(aws, config, data, stream, fed.location, expected, workdir)
+                if avro is not None and "not_run" not in replay:
+                    replay["compared_with"] = (
+                        "the archived values: the registry-decoded JSON the mapping delivered (the source holds Avro)"
+                    )
                 self._lap("replay")
 
             aggregation = None
@@ -328,6 +368,13 @@ class Demo:
                 source=kind,
                 stream_arn=fed.location if kind == KINESIS else None,
                 shards=fed.shards,
+                schema_registry=None
+                if avro is None
+                else {
+                    **avro.summary(),
+                    "rejected": fed.delivery.registry_rejected,
+                    "reasons": dict(fed.delivery.registry_reasons),
+                },
             )
 
     def _replay(

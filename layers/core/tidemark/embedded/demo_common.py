@@ -80,6 +80,7 @@ class DemoOptions:
     source: str | None = None  # kafka | kinesis; None: the config's stream's kind (kafka without --config)
     shards: int = 2  # Kinesis: shards the stream is created with
     split: bool = True  # Kinesis: split a shard mid-run
+    avro: bool = False  # Kafka: Avro values, decoded by a local registry through the mapping's integration
 
     @property
     def config_file(self) -> Path:

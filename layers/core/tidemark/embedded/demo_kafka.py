@@ -1,5 +1,7 @@
 """The demo's Kafka source: the broker (Tansu, or ``--bootstrap-servers``), the producer and the
-local event source mapping (a consumer group), and ``--recreate-topic``'s second log."""
+local event source mapping (a consumer group), and ``--recreate-topic``'s second log. A stream
+with ``source.schema_registry`` (``--avro``) gets the mapping's registry integration
+(``esm/registry.py``), signed in with the secret the config names, read from the local AWS."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
+import boto3
+
 from tidemark.config.model import StreamConfig
 from tidemark.embedded.aws import LocalAws
 from tidemark.embedded.broker import BrokerError, kafka_broker
@@ -16,6 +20,7 @@ from tidemark.embedded.demo_common import DemoError, DemoOptions, DemoUI, Feed, 
 from tidemark.embedded.esm.batching import BatchLimits
 from tidemark.embedded.esm.invokers import Invoker
 from tidemark.embedded.esm.mapping import EventSourceMapping, MappingConfig
+from tidemark.embedded.esm.registry import RegistryDecoder
 from tidemark.embedded.kafka_clients import client_settings, kafka_client_log
 from tidemark.embedded.operator import EpochOperator
 from tidemark.embedded.ports import claim_port
@@ -58,6 +63,8 @@ class KafkaRunner:
         self.options = options
         self.ui = ui
         self.bootstrap = options.bootstrap_servers or ""
+        self._aws: LocalAws | None = None
+        self._registry: RegistryDecoder | None = None
 
     def start(self, stack: contextlib.ExitStack, workdir: Path) -> str:
         options = self.options
@@ -75,7 +82,7 @@ class KafkaRunner:
         return f"Kafka at {bootstrap}; starting moto (S3 + DynamoDB)"
 
     def connect(self, aws: LocalAws) -> None:
-        return None
+        self._aws = aws  # where the registry integration reads its credentials
 
     def feed(self, context: FeedContext) -> Feed:
         options, stream, orders = context.options, context.stream, context.orders
@@ -91,7 +98,12 @@ class KafkaRunner:
             on_progress=lambda n: self.ui.progress("produce", n, len(orders)),
         )
         context.lap("produce")
-        self.ui.step("archiving through the local event source mapping" + (" with chaos" if options.chaos else ""))
+        self._registry = self._registry_integration(stream)
+        self.ui.step(
+            "archiving through the local event source mapping"
+            + (" and its schema registry integration" if self._registry is not None else "")
+            + (" with chaos" if options.chaos else "")
+        )
         delivery = self._archive(context, expected, context.invoker).stats
         epochs = None
         if options.recreate_topic:
@@ -101,6 +113,14 @@ class KafkaRunner:
             epochs = {"refused_invocations": operator.refused, "started": operator.epochs}
         context.lap("archive")
         return Feed(self.bootstrap, expected, delivery, epochs=epochs)
+
+    def _registry_integration(self, stream: StreamConfig) -> RegistryDecoder | None:
+        """The mapping's schema registry integration, as ``source.schema_registry`` configures it."""
+        settings = stream.source.schema_registry
+        if settings is None:
+            return None
+        assert self._aws is not None, "connect() the runner first"
+        return RegistryDecoder.from_config(settings, boto3.client("secretsmanager", **self._aws.settings()))
 
     def _archive(self, context: FeedContext, expected: list[ExpectedRecord], invoker: Invoker) -> EventSourceMapping:
         options, source = context.options, context.stream.source
@@ -118,6 +138,7 @@ class KafkaRunner:
             event_source=EventSource(self.bootstrap, event_source_arn=source.cluster_arn)
             if source.kind == "msk"
             else EventSource(self.bootstrap, event_source="SelfManagedKafka"),
+            registry=self._registry,
         )
         total = len(expected)
         mapping = EventSourceMapping(

@@ -4,7 +4,8 @@ Event times are spread over the last ``hours`` hours in produce order (with jitt
 records arrives hours late, and a few are malformed (not JSON, no event time, an unreadable
 event time). What each record should become -- its event-hour folder, or a dead letter -- is
 worked out here from the values the generator chose, independently of the archiver, and tied to
-the partition and offset the broker assigned (from the delivery reports).
+the partition and offset the broker assigned (from the delivery reports). ``workload_avro`` turns
+the same orders into Avro values for a schema registry (``tidemark demo --avro``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import orjson
 
 from tidemark.embedded.kafka_clients import client_settings
 from tidemark.exceptions import TidemarkError
+from tidemark.records.model import Schemas
 from tidemark.verify import ExpectedRecord, RecordMeta
 
 if TYPE_CHECKING:
@@ -61,13 +63,19 @@ class Order:
     headers: list[tuple[str, str | bytes | None]]
     hour: str | None  # expected event-hour label, None: must be dead-lettered
     late: bool
+    archived: bytes | None = None  # the value the archive must hold when not ``value`` (a registry decodes it)
+    schemas: Schemas = ()  # the schema references the archive must keep (``--avro``: the value's id)
 
 
 def _iso(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
-def generate(spec: WorkloadSpec, now_ms: int, timezone: str = "UTC") -> Iterator[Order]:
+def generate(
+    spec: WorkloadSpec, now_ms: int, timezone: str = "UTC", malformed_kinds: tuple[str, ...] = MALFORMED_KINDS
+) -> Iterator[Order]:
+    """The orders, as JSON values. ``malformed_kinds`` are the kinds the malformed records take
+    in turn (a subset of ``MALFORMED_KINDS``; Avro orders cannot be ``not_json``)."""
     rng = random.Random(spec.seed)
     zone = ZoneInfo(timezone)
     span = spec.hours * HOUR_MS
@@ -93,7 +101,7 @@ def generate(spec: WorkloadSpec, now_ms: int, timezone: str = "UTC") -> Iterator
         hour: str | None = datetime.fromtimestamp(event_ms / 1000, zone).strftime("%Y-%m-%dT%H")
         value = orjson.dumps(order)
         if spec.malformed_share and index % malformed_every == malformed_every // 2:
-            kind = MALFORMED_KINDS[(index // malformed_every) % len(MALFORMED_KINDS)]
+            kind = malformed_kinds[(index // malformed_every) % len(malformed_kinds)]
             hour = None
             if kind == "not_json":
                 value = f"order {order['order_id']} price={order['price']}".encode()
@@ -177,8 +185,9 @@ def produce(
             headers = tuple(
                 (name, data if isinstance(data, bytes) else (data or "").encode()) for name, data in order.headers
             )
-            meta = RecordMeta(topic, order.key, headers)
-            expected.append(ExpectedRecord(partition, offset, order.value, order.hour, meta))
+            meta = RecordMeta(topic, order.key, headers, order.schemas)
+            value = order.value if order.archived is None else order.archived
+            expected.append(ExpectedRecord(partition, offset, value, order.hour, meta))
 
         return report
 

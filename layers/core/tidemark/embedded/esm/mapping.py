@@ -9,7 +9,12 @@ Behaves like the Lambda event source mapping for MSK / self-managed Kafka:
 * offsets are committed to the consumer group only after the function returned;
 * a failed invocation is retried with the whole batch, unchanged, until it succeeds (or
   ``max_attempts`` is exhausted, which stops the mapping with ``DeliveryError``);
-* invocations are sequential, so no partition ever has two invocations in flight.
+* invocations are sequential, so no partition ever has two invocations in flight;
+* with a schema registry integration (``MappingConfig.registry``, ``registry.py``), each batch is
+  validated and decoded first: records the integration rejects are not delivered, but their
+  offsets are committed with the batch's (AWS moves past them), and a batch left empty is
+  committed without an invocation. The batch limits apply to the records as fetched, before
+  decoding (a decoded JSON value is larger than its Avro bytes).
 
 A "rebalance" (``rebalance()``) closes the consumer and joins the group again, so delivery
 restarts from the committed offsets -- what happens to a real ESM when brokers or pollers move.
@@ -40,6 +45,8 @@ from tidemark.sources import PartitionId
 if TYPE_CHECKING:
     from confluent_kafka import Consumer, Message, TopicPartition
 
+    from tidemark.embedded.esm.registry import RegistryDecoder
+
 logger = logging.getLogger(__name__)
 
 STARTING_POSITIONS = {"TRIM_HORIZON": "earliest", "LATEST": "latest"}
@@ -63,6 +70,7 @@ class MappingConfig:
     starting_position: str = "TRIM_HORIZON"
     max_attempts: int = 25
     event_source: EventSource | None = None  # defaults to a self-managed Kafka source
+    registry: RegistryDecoder | None = None  # the schema registry integration (source.schema_registry)
 
     def __post_init__(self) -> None:
         if self.starting_position not in STARTING_POSITIONS:
@@ -99,6 +107,8 @@ class MappingStats:
     lost_commits: int = 0  # commits that failed or were dropped; the batch is delivered again
     max_batch: int = 0
     errors: list[str] = field(default_factory=list)  # distinct function errors seen
+    registry_rejected: int = 0  # records the registry integration did not deliver (redeliveries count again)
+    registry_reasons: dict[str, int] = field(default_factory=dict)  # those records by AWS's reason
 
     def plus(self, other: MappingStats) -> MappingStats:
         """Both mappings' deliveries (the demo runs a second one after recreating its topic)."""
@@ -112,6 +122,11 @@ class MappingStats:
             lost_commits=self.lost_commits + other.lost_commits,
             max_batch=max(self.max_batch, other.max_batch),
             errors=[*self.errors, *(error for error in other.errors if error not in self.errors)],
+            registry_rejected=self.registry_rejected + other.registry_rejected,
+            registry_reasons={
+                reason: self.registry_reasons.get(reason, 0) + other.registry_reasons.get(reason, 0)
+                for reason in sorted({*self.registry_reasons, *other.registry_reasons})
+            },
         )
 
 
@@ -273,23 +288,47 @@ class EventSourceMapping:
 
     # -- delivery -----------------------------------------------------------------------------
 
-    def deliver(self, records: list[Record]) -> Invocation:
-        """Invoke until the batch succeeds, then commit its offsets (unless chaos loses them)."""
-        first = records[0]
-        result = invoke_whole(
-            self.invoker,
-            build_event(records, self._source),
-            len(records),
-            self.stats,
-            self.config.max_attempts,
-            f"batch of {len(records)} records starting at {first.topic}-{first.partition}@{first.offset}",
-        )
-        if self._on_delivered is not None:
-            self._on_delivered(records, result)
+    def deliver(self, records: list[Record]) -> Invocation | None:
+        """Invoke until the batch succeeds, then commit its offsets (unless chaos loses them).
+        With a registry integration, only the records it delivers are in the event; ``None``
+        when it rejected them all (the batch is committed without an invocation)."""
+        delivered = self._decoded(records)
+        result = None
+        if delivered:
+            first = delivered[0]
+            result = invoke_whole(
+                self.invoker,
+                build_event(delivered, self._source),
+                len(delivered),
+                self.stats,
+                self.config.max_attempts,
+                f"batch of {len(delivered)} records starting at {first.topic}-{first.partition}@{first.offset}",
+            )
+            if self._on_delivered is not None:
+                self._on_delivered(delivered, result)
         if self._lose_commit() or not self._commit(records):
             self.stats.lost_commits += 1
             self.rebalance()  # the commit never reached the group: the batch comes again
         return result
+
+    def _decoded(self, records: list[Record]) -> list[Record]:
+        """The batch as the registry integration delivers it (all of it without one)."""
+        registry = self.config.registry
+        if registry is None:
+            return records
+        batch = registry.decode(records)
+        for rejection in batch.rejected:
+            self.stats.registry_rejected += 1
+            self.stats.registry_reasons[rejection.reason] = self.stats.registry_reasons.get(rejection.reason, 0) + 1
+            logger.warning(
+                "schema registry integration rejected a record; it is not delivered",
+                extra={
+                    "record": f"{rejection.record.topic}-{rejection.record.partition}@{rejection.record.offset}",
+                    "reason": rejection.reason,
+                    "detail": rejection.detail,
+                },
+            )
+        return batch.delivered
 
     def _commit(self, records: list[Record]) -> bool:
         """Commit the batch's offsets; ``False`` if the group refused them (e.g. mid-rebalance)."""
