@@ -14,10 +14,10 @@ import fastavro
 import orjson
 
 from tests.e2e.test_demo import expected_hour, read_topic, tidemark
-from tidemark.embedded.schema_registry import parse_wire_format
 from tidemark.embedded.workload_avro import ORDER_SCHEMA
 from tidemark.records.model import SchemaRef
 from tidemark.verify import ExpectedRecord, RecordMeta, read_archive, verify_archive
+from tidemark.wireformat import parse as parse_wire_format
 
 
 def decoded_truth(bootstrap: str, topic: str, schema_id: int) -> list[ExpectedRecord]:
