@@ -159,3 +159,18 @@ def test_columnar_objects_of_a_stream_with_references_all_carry_the_columns():
     format_of(spec).write([Frame(RAW, 1, 2, 3, None, b"x")], spec.context(0, "k"), out)
     names = pq.ParquetFile(BytesIO(out.getvalue())).schema_arrow.names
     assert names[-2:] == ["key_schema", "value_schema"]
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "avro"])
+def test_metadata_a_stream_does_not_keep_is_not_staged(archive, fmt):
+    """A mapping that still adds schema metadata to a stream configured without a registry (the
+    registry removed, deploys out of order): the records archive as the stream says, without
+    references -- never a flush its format cannot render, which would hold the partition up."""
+    config = configured({}, fmt)
+    workload = with_refs(make_orders(partitions=1, per_partition=60, hours=1, seed=8), registry_refs)
+    esm = EsmModel(workload, lambda crash: archive.runtime(config, crash))
+    finish(archive, config, esm, BATCH)
+    expected = [replace(want, meta=replace(want.meta, schemas=())) for want in workload.expected if want.meta]
+    report = verify_archive(archive.s3, archive.bucket, "orders", expected, config=config.streams[0])
+    assert report.ok and report.archived + report.dead_lettered == report.produced == 60, (report.corrupted, report.misfiled)
+    assert staged_files(archive) == set()

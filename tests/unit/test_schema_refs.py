@@ -13,7 +13,7 @@ import pytest
 
 from tests.support.events import load_event
 from tidemark.config import parse_config
-from tidemark.exceptions import ConfigError, MalformedEventError
+from tidemark.exceptions import ConfigError
 from tidemark.formats import RenderSpec, format_of
 from tidemark.objects.content import ContentDigest
 from tidemark.records.kafka import parse_kafka_event
@@ -39,13 +39,34 @@ def test_the_mappings_schema_metadata_becomes_the_records_references() -> None:
     ]
 
 
-@pytest.mark.parametrize("meta", [{"dataFormat": "AVRO"}, {"dataFormat": "AVRO", "schemaId": 12}, "AVRO", []])
-def test_malformed_schema_metadata_is_named(meta: Any) -> None:
+@pytest.mark.parametrize(
+    "meta",
+    [
+        None,
+        {"dataFormat": "AVRO"},
+        {"dataFormat": "AVRO", "schemaId": None},
+        {"schemaId": 12},
+        "AVRO",
+        [],
+        {"schemaId": "\ud800"},
+    ],
+)
+def test_metadata_that_names_no_schema_id_is_no_reference(meta: Any) -> None:
+    """Metadata, never a reason to fail a batch (which would hold the partition up)."""
     event = load_event("msk-schema-registry")
     first = next(iter(event["records"].values()))[0]
+    first.pop("keySchemaMetadata")
     first["valueSchemaMetadata"] = meta
-    with pytest.raises(MalformedEventError, match=r"record #0: valueSchemaMetadata must be an object"):
-        parse_kafka_event(event)
+    [batch] = parse_kafka_event(event)
+    assert batch.records[0].schemas == ()
+
+
+def test_a_reference_without_a_format_keeps_its_id() -> None:
+    event = load_event("msk-schema-registry")
+    first = next(iter(event["records"].values()))[0]
+    first["valueSchemaMetadata"] = {"dataFormat": None, "schemaId": "42"}
+    [batch] = parse_kafka_event(event)
+    assert batch.records[0].schemas[-1] == SchemaRef("value", "", "42")
 
 
 # -- the wire format ------------------------------------------------------------------------
@@ -164,10 +185,14 @@ def test_json_lines_writes_references_after_the_headers_and_only_where_there_are
     assert "value_schema" not in lines[2] and "key_schema" not in lines[0]
 
 
-def test_a_columnar_spec_without_references_refuses_records_with_some() -> None:
-    spec = RenderSpec("parquet", "snappy", 6, "orders", "text", "json", "text")
-    with pytest.raises(ValueError, match="schema references"):
-        format_of(spec).write(FRAMES, spec.context(0), io.BytesIO())
+@pytest.mark.parametrize(("fmt", "codec"), [("parquet", "snappy"), ("avro", "null")])
+def test_a_columnar_spec_without_references_renders_records_with_some_without_them(fmt: str, codec: str) -> None:
+    """Never a flush that cannot render (it would hold the partition up); the encoder stages no
+    references for a stream that keeps none, so this is defence in depth."""
+    spec = RenderSpec(fmt, codec, 6, "orders", "text", "json", "text")
+    out = io.BytesIO()
+    assert format_of(spec).write(FRAMES, spec.context(0, "k"), out) == len(FRAMES)
+    assert [envelope.schemas for envelope in format_of(spec).read(out.getvalue(), spec.context(0, "k"))] == [None] * 3
 
 
 # -- configuration --------------------------------------------------------------------------
@@ -197,8 +222,16 @@ def test_a_wire_format_needs_bytes_and_a_format_that_keeps_ids() -> None:
                 format={"type": "csv", "columns": ["partition", "offset", "value"]},
             )
         )
+    together = _stream(format={"type": "csv", "columns": ["partition", "offset", "value", "value_schema"]})
+    together["streams"][0]["source"]["schema_registry"] = {
+        "kind": "glue",
+        "registry_arn": "arn:aws:glue:us-east-1:123456789012:registry/orders",
+    }
+    together["streams"][0]["archiver"] = {"provisioned_pollers": {"minimum": 1, "maximum": 2}}
+    with pytest.raises(ConfigError, match="key_schema and value_schema go together"):
+        parse_config(together)
     with pytest.raises(ConfigError, match=r"they need source\.schema_registry or encoding\.wire_format"):
-        parse_config(_stream(format={"type": "csv", "columns": ["partition", "offset", "value_schema"]}))
+        parse_config(_stream(format={"type": "csv", "columns": ["partition", "offset", "key_schema", "value_schema"]}))
     registry = {
         "kind": "glue",
         "registry_arn": "arn:aws:glue:us-east-1:123456789012:registry/orders",

@@ -658,6 +658,8 @@ class StreamConfig(_Model):
                 )
             if self.format.type == "csv" and not set(SCHEMA_REF_COLUMNS) <= set(self.csv_columns):
                 raise ValueError(f"encoding.wire_format: format.columns must include {', '.join(SCHEMA_REF_COLUMNS)}")
+        if len(set(SCHEMA_REF_COLUMNS) & set(self.format.columns or ())) == 1:
+            raise ValueError(f"format.columns: {' and '.join(SCHEMA_REF_COLUMNS)} go together (a record's references)")
         if not self.schema_refs and set(SCHEMA_REF_COLUMNS) & set(self.format.columns or ()):
             raise ValueError(
                 f"format.columns {', '.join(SCHEMA_REF_COLUMNS)} hold schema references: they need "

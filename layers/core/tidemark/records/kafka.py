@@ -77,12 +77,9 @@ _ENCODED = frozenset({str, type(None)})
 _PARTITION, _OFFSET, _TIMESTAMP = itemgetter("partition"), itemgetter("offset"), itemgetter("timestamp")
 _TOPIC, _VALUE = attrgetter("topic"), itemgetter(4)
 _SAMPLE = 9  # neighbouring records whose headers decide between a conversion each and sharing them
-_LIST_TAG = marshal.dumps([], 0)[:1]
+_LIST_TAG = marshal.dumps([], 0)[:1]  # marshal version 0 (no back-references): b"[" + int32 count + items
 #: the record fields a schema registry integration adds, in the order ``Record.schemas`` keeps
-_SCHEMA_FIELDS = (
-    ("key", "keySchemaMetadata"),
-    ("value", "valueSchemaMetadata"),
-)  # marshal version 0 (no back-references): b"[" + int32 count + items
+_SCHEMA_FIELDS = (("key", "keySchemaMetadata"), ("value", "valueSchemaMetadata"))
 
 
 def source_identity(event: Mapping[str, Any], topic: str) -> str:
@@ -129,10 +126,7 @@ def _convert(raw: Mapping[str, Any], position: int, topics: set[str]) -> Record:
         key = None if encoded_key is None else binascii.a2b_base64(encoded_key, strict_mode=True)
     except (binascii.Error, TypeError, ValueError) as exc:
         raise MalformedEventError(f"record #{position}: key/value is not valid base64 ({exc})") from None
-    try:
-        schemas = _schemas(raw)
-    except (TypeError, ValueError) as exc:
-        raise MalformedEventError(f"record #{position}: {exc}") from None
+    schemas = _schemas(raw)
     raw_headers = raw.get("headers")
     if not raw_headers:
         return Record(topic, partition, offset, timestamp, value, key, (), schemas)
@@ -155,17 +149,29 @@ def _convert(raw: Mapping[str, Any], position: int, topics: set[str]) -> Record:
 
 
 def _schemas(raw: Mapping[str, Any]) -> Schemas:
-    """The schema references a registry integration added to one record (``()`` without one);
-    ``ValueError`` naming the field when one is not ``{"dataFormat": str, "schemaId": str}``."""
+    """The schema references a registry integration added to one record (``()`` without one).
+    A metadata field that names no schema id (null, not an object, an id that is not text) is no
+    reference: it is metadata, and never a reason to fail the batch."""
     found: list[SchemaRef] = []
     for part, name in _SCHEMA_FIELDS:
         meta = raw.get(name)
-        if meta is None:
+        if type(meta) is not dict:
             continue
-        if type(meta) is not dict or {type(meta.get("dataFormat")), type(meta.get("schemaId"))} != _STR:
-            raise ValueError(f"{name} must be an object with string dataFormat and schemaId, got {meta!r}")
-        found.append(SchemaRef(part, meta["dataFormat"], meta["schemaId"]))
+        schema_id, data_format = meta.get("schemaId"), meta.get("dataFormat")
+        if type(schema_id) is not str or not schema_id or not _encodable(schema_id):
+            continue
+        data_format = data_format if type(data_format) is str and _encodable(data_format) else ""
+        found.append(SchemaRef(part, data_format, schema_id))
     return tuple(found)
+
+
+def _encodable(text: str) -> bool:
+    """UTF-8 can hold it (JSON may carry a lone surrogate, which staging could not write)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _with_schemas(chunk: list[Any], records: list[Record]) -> list[Record]:
@@ -248,10 +254,7 @@ def _columns(chunk: list[Any], topics: set[str]) -> list[Record] | None:
     records: list[Record] = list(map(_new_record, repeat(Record), map(add, map(_astuple, fields), headers)))
     if None in map(_VALUE, records):  # a null value (a tombstone) is b""
         records = [record if record[4] is not None else record._replace(value=b"") for record in records]
-    try:
-        return _with_schemas(chunk, records)
-    except (TypeError, ValueError):
-        return None
+    return _with_schemas(chunk, records)
 
 
 def parse_kafka_event(event: Any) -> list[PartitionBatch]:

@@ -28,12 +28,15 @@ class SegmentEncoder:
     the same few), so a record's headers are encoded once per container, not once per record.
 
     ``detect`` reads schema references from each record's bytes (``tidemark.wireformat``); they
-    join the ones the record came with, and are staged in the record's metadata."""
+    join the ones the record came with, and are staged in the record's metadata -- only with
+    ``keep_refs`` (the stream keeps them: ``StreamConfig.schema_refs``), so a buffer staged under a
+    spec without them never holds any."""
 
-    def __init__(self, cache_size: int = 4096, detect: Detector | None = None) -> None:
+    def __init__(self, cache_size: int = 4096, detect: Detector | None = None, *, keep_refs: bool = True) -> None:
         self._metas: dict[Headers, bytes] = {}
         self._cache_size = cache_size
         self._detect = detect
+        self._keep_refs = keep_refs
 
     def encode(self, records: Sequence[Record], routes: Sequence[Routed]) -> list[PendingSegment]:
         """One segment per buffer, in the order buffers first appear; ``records[i]`` was routed
@@ -52,11 +55,13 @@ class SegmentEncoder:
     def _segment(self, buffer: BufferKey, records: Sequence[Record], routes: Sequence[Routed]) -> PendingSegment:
         _topics, _partitions, positions, timestamps, values, keys, headers, schemas = zip(*records, strict=True)
         count = len(records)
-        if self._detect is not None:
+        if not self._keep_refs:
+            schemas = ((),) * count
+        elif self._detect is not None:
             schemas = tuple(
                 given or found for given, found in zip(schemas, map(self._detect, keys, values), strict=True)
             )
-        refs = any(schemas)
+        with_refs = any(schemas)
         if buffer.kind == ERRORS_KIND:
             kinds = [DEAD_LETTER] * count
             event_times = [NO_EVENT_TIME] * count
@@ -64,7 +69,7 @@ class SegmentEncoder:
                 encode_meta(route.detail, pairs, refs)
                 for route, pairs, refs in zip(routes, headers, schemas, strict=True)
             ]
-        elif refs:  # a schema registry integration, or a wire format: per record
+        elif with_refs:  # a schema registry integration, or a wire format: per record
             kinds = [RAW] * count
             event_times = list(map(_EVENT_MS, routes))
             metas = [
@@ -76,7 +81,7 @@ class SegmentEncoder:
             event_times = list(map(_EVENT_MS, routes))
             cached = self._metas.get
             metas = [(cached(pairs) or self._meta(pairs)) if pairs else b"" for pairs in headers]
-        parts = segment_parts(kinds, positions, timestamps, event_times, keys, values, metas, schema_refs=refs)
+        parts = segment_parts(kinds, positions, timestamps, event_times, keys, values, metas, schema_refs=with_refs)
         return PendingSegment(buffer, parts, count, positions[0], positions[-1])
 
     def _meta(self, headers: Headers) -> bytes:

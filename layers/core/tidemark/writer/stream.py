@@ -56,7 +56,8 @@ class StreamContext:
                     config.encoding.wire_format,
                     key=config.encoding.key == "bytes",
                     value=config.encoding.value == "bytes",
-                )
+                ),
+                keep_refs=config.schema_refs,
             ),
         )
 
