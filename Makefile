@@ -14,7 +14,7 @@ NODE_STAMP := node_modules/.installed-$(shell cat package.json package-lock.json
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
 
-.PHONY: java install test unit integration e2e lint typecheck bench demo synth deploy destroy clean
+.PHONY: java rabbitmq install test unit integration e2e lint typecheck bench demo synth deploy destroy clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required, found " + sys.version' 
@@ -26,6 +26,27 @@ $(STAMP): pyproject.toml
 # PySpark needs a JVM (Spark 3.5: Java 8, 11 or 17).
 java:
 	@command -v java >/dev/null || { echo "Java is missing: PySpark needs a JDK (e.g. 'apt-get install openjdk-17-jre-headless')"; exit 1; }
+
+# The RabbitMQ tests and the demo start their own broker (tidemark.embedded.rabbitmq) on free
+# loopback ports with their own data, log and Erlang cookie: they need the server installed, not
+# running. Debian's package starts a system broker (5672, epmd on 4369) when it installs: a
+# policy-rc.d that exits 101 keeps it from starting (an existing one is put back afterwards, also
+# after an interrupted run), and under systemd the service is disabled for the next boots too.
+rabbitmq:
+	@dpkg-query -W -f='$${Status}' rabbitmq-server 2>/dev/null | grep -qx 'install ok installed' && exit 0; \
+	command -v apt-get >/dev/null || { echo "rabbitmq-server is missing: install RabbitMQ 3.x (the tests start their own broker from it)"; exit 1; }; \
+	[ "$$(id -u)" = 0 ] || { echo "rabbitmq-server is missing: run 'sudo make rabbitmq' (or 'sudo apt-get install rabbitmq-server'); the tests start their own broker from it"; exit 1; }; \
+	set -e; echo "installing rabbitmq-server (its system broker is kept from starting)"; \
+	policy=/usr/sbin/policy-rc.d; saved=$$policy.tidemark-saved; \
+	if [ -e $$saved ] || [ -L $$saved ]; then rm -f $$policy; \
+	elif [ -e $$policy ] || [ -L $$policy ]; then mv -f $$policy $$saved; fi; \
+	trap 'trap "" INT TERM HUP; rm -f $$policy; if [ -e $$saved ] || [ -L $$saved ]; then mv -f $$saved $$policy; fi' EXIT; \
+	trap 'trap "" INT TERM HUP; exit 130' INT TERM HUP; \
+	printf '#!/bin/sh\n# tidemark: make rabbitmq (removed when the install ends)\nexit 101\n' > $$policy; chmod 755 $$policy; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	apt-get -qq -o DPkg::Lock::Timeout=600 update; \
+	apt-get -qq -y -o DPkg::Lock::Timeout=600 install --no-install-recommends rabbitmq-server >/dev/null; \
+	if [ -d /run/systemd/system ]; then systemctl disable --now rabbitmq-server.service >/dev/null 2>&1 || true; fi
 
 # The CDK CLI, pinned in package.json (`npx cdk ...`).
 $(NODE_STAMP): package.json package-lock.json
@@ -41,21 +62,21 @@ lint: install
 typecheck: install
 	$(VENV)/bin/mypy
 
-test: lint typecheck
+test: rabbitmq lint typecheck
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 unit: install
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-integration: install
+integration: install rabbitmq
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
-e2e: install
+e2e: install rabbitmq
 	$(PY) -m pytest tests/e2e $(PYTEST_ARGS)
 
 # The whole pipeline on this machine (broker or Kinesis on moto, local ESM, archiver):
 # `make demo ARGS=--chaos`, `make demo ARGS="--source kinesis --chaos"`.
-demo: install
+demo: install rabbitmq
 	$(VENV)/bin/tidemark demo $(ARGS)
 
 # `cdk synth` needs no Docker and no AWS account: the core layer is bundled with pip.

@@ -1,7 +1,9 @@
-"""The archiver: one Lambda function per stream, fed by an MSK or a Kinesis event source mapping.
+"""The archiver: one Lambda function per stream, fed by an MSK, Kafka, Kinesis or Amazon MQ event
+source mapping.
 
     MSK topic ──ESM (batch size, window, starting position, group)──▶ archiver(stream) ──▶ EFS, ledger, S3
     Kinesis stream (or its EFO consumer) ──ESM (batch size, window, starting position)──▶ archiver(stream)
+    RabbitMQ queue on Amazon MQ ──ESM (batch size, window, credentials, virtual host)──▶ archiver(stream)
 
 A function per stream keeps each stream's grants to its own topic, group (or Kinesis stream) and
 key prefixes, and lets streams be sized and throttled apart. The mapping commits a batch's
@@ -106,16 +108,28 @@ class ArchiverConstruct(Construct):
                     f"streams[{index}].archiver.provisioned_pollers: provisioned mode is for Kafka event source "
                     "mappings; a Kinesis mapping scales with the stream's shards"
                 )
+            if stream.source.kind == "rabbitmq" and stream.archiver.provisioned_pollers is not None:
+                raise ConfigError(
+                    f"streams[{index}].archiver.provisioned_pollers: provisioned mode is for Kafka event source "
+                    "mappings; a RabbitMQ mapping runs one invocation at a time"
+                )
             fn = self._function(stream, code, layers, environment, placement)
             grant_ledger(ledger_table, fn)
             access.put(fn, stream_prefixes(config.archive.raw_prefix, config.archive.errors_prefix, stream.name))
             for statement in source.read_statements(stream):
                 fn.add_to_role_policy(statement)
-            self.mappings[stream.name] = (
-                self._kinesis_mapping(stream, fn, source, access)
-                if stream.source.kind == "kinesis"
-                else self._mapping(stream, fn, source, access)
-            )
+            if stream.source.kind == "kinesis":
+                self.mappings[stream.name] = self._kinesis_mapping(stream, fn, source, access)
+            elif stream.source.kind == "rabbitmq":
+                self.mappings[stream.name] = source.rabbitmq[stream.name].add_mapping(
+                    self,
+                    f"Mapping-{stream.name}",
+                    target=fn,
+                    batch_size=stream.source.batch_size,
+                    batching_window=Duration.seconds(int(stream.source.batching_window.total_seconds())),
+                )
+            else:
+                self.mappings[stream.name] = self._mapping(stream, fn, source, access)
             self.functions[stream.name] = fn
 
     def _function(
@@ -142,6 +156,8 @@ class ArchiverConstruct(Construct):
             description=(
                 f"archives Kinesis stream {stream.source.topic} into stream {stream.name}"
                 if stream.source.kind == "kinesis"
+                else f"archives RabbitMQ queue {stream.source.match_name} into stream {stream.name}"
+                if stream.source.kind == "rabbitmq"
                 else f"archives topic {stream.source.topic} into stream {stream.name}"
             ),
         ).function

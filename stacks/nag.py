@@ -36,6 +36,8 @@ STAR_FUNCTION_REASON = (
     "Resource '*' only for actions without resource-level permissions: the VPC network interface actions "
     "Lambda needs (ec2:CreateNetworkInterface/Describe*/Delete*/Assign*/Unassign*), the Kafka mappings' "
     "ec2:DescribeVpcs/DescribeSecurityGroups (and DescribeSubnets for self-managed brokers in a VPC), "
+    "the Amazon MQ (RabbitMQ) mapping's network interfaces in the broker's VPC (ec2:CreateNetworkInterface/"
+    "DeleteNetworkInterface/DescribeNetworkInterfaces/DescribeSecurityGroups/DescribeSubnets/DescribeVpcs), "
     "X-Ray's PutTraceSegments/PutTelemetryRecords, and CDK's elasticfilesystem:ClientMount, which is "
     "conditioned on the staging access point's ARN."
 )

@@ -3,8 +3,10 @@
 Tidemark's own metrics are Powertools EMF metrics in the ``Tidemark`` namespace, dimensioned by
 ``service`` (``tidemark-archiver`` / ``tidemark-sweeper``) and, where they belong to one stream,
 ``stream``. The rest are AWS's: Lambda (errors, throttles, duration, the MSK mapping's
-``OffsetLag``, the Kinesis mapping's ``IteratorAge``), Kinesis read throttles, EFS
-``StorageBytes``, Step Functions executions and EMR Serverless job counts.
+``OffsetLag``, the Kinesis mapping's ``IteratorAge``), Kinesis read throttles, Amazon MQ's
+RabbitMQ queue metrics (``MessageCount``: an Amazon MQ mapping publishes no lag of its own, the
+broker publishes the queue's depth), EFS ``StorageBytes``, Step Functions executions and EMR
+Serverless job counts.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from aws_cdk import aws_sns_subscriptions as subscriptions
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
-from stacks.source import KinesisSource
+from stacks.source import KinesisSource, RabbitMQSource
 from tidemark.config import StreamConfig, TidemarkConfig
 
 NAMESPACE = "Tidemark"
@@ -94,7 +96,9 @@ class ObservabilityConstruct(Construct):
     """``topic`` (alarm notifications), ``dashboards[stream]`` and ``alarms[stream]``.
 
     ``kinesis`` holds the source of every Kinesis stream (``SourceConstruct.kinesis``): its
-    dashboard graphs the stream's read throttles."""
+    dashboard graphs the stream's read throttles. A RabbitMQ stream's queue comes from the
+    configuration (``RabbitMQSource.of``): its lag and freshness alarms and its dashboard read the
+    broker's metrics of the queue."""
 
     def __init__(
         self,
@@ -118,6 +122,7 @@ class ObservabilityConstruct(Construct):
         missing = [s.name for s in config.streams if s.source.kind == "kinesis" and s.name not in self._kinesis]
         if missing:
             raise ValueError(f"observability needs the Kinesis source of every Kinesis stream; missing {missing}")
+        self._rabbitmq = {s.name: RabbitMQSource.of(s) for s in config.streams if s.source.kind == "rabbitmq"}
         key = kms.Key(self, "TopicKey", enable_key_rotation=True, description="Encrypts Tidemark alarm notifications")
         self.topic = sns.Topic(self, "AlarmTopic", master_key=key, enforce_ssl=True, display_name="Tidemark alarms")
         # Alarms of this account publish to the topic. The TLS-only topic policy replaces SNS's
@@ -181,10 +186,28 @@ class ObservabilityConstruct(Construct):
         """Above the threshold *and* still growing, for ``alarms.evaluation_periods`` periods: a
         backlog that is draining is not an incident. MSK: the mapping's ``OffsetLag`` (records)
         over ``alarms.offset_lag``; Kinesis: its ``IteratorAge`` (the age of the last record of a
-        batch when the function got it, milliseconds) over ``alarms.iterator_age``. Both the
-        maximum over the period; a period without data (an idle mapping emits none) does not
-        breach."""
+        batch when the function got it, milliseconds) over ``alarms.iterator_age``; RabbitMQ: the
+        queue's depth (``MessageCount``, ready plus unacknowledged messages: what the queue holds
+        that is not archived yet, as an offset lag counts records) over ``alarms.offset_lag``.
+        All the maximum over the period; a period without data (an idle mapping emits none) does
+        not breach."""
         settings, name = self._config.alarms, stream.name
+        queue = self._rabbitmq.get(name)
+        if queue is not None:
+            depth_growing = cw.MathExpression(
+                expression=f"IF(depth > {settings.offset_lag} AND DIFF(depth) > 0, 1, 0)",
+                using_metrics={"depth": queue.queue_metric("MessageCount", statistic="Maximum", period=PERIOD)},
+                period=PERIOD,
+                label="queue depth above threshold and growing",
+            )
+            return self._alarm(
+                f"LagGrowing-{name}",
+                depth_growing,
+                f"{name}: RabbitMQ queue {queue.queue} (virtual host {queue.virtual_host}) holds more than "
+                f"{settings.offset_lag} messages (alarms.offset_lag) and grew for "
+                f"{settings.evaluation_periods} periods",
+                periods=settings.evaluation_periods,
+            )
         if stream.source.kind == "kinesis":
             threshold_ms = int(settings.iterator_age.total_seconds() * 1000)
             age_growing = cw.MathExpression(
@@ -228,7 +251,9 @@ class ObservabilityConstruct(Construct):
         ``OffsetLag`` above 0; a stopped or deleted mapping emits no ``OffsetLag`` at all, and
         that silence breaches too. Kinesis: ``IteratorAge`` above ``max_age`` (records waiting
         longer than any buffer may); an idle stream emits no ``IteratorAge``, so there silence
-        does not breach."""
+        does not breach. RabbitMQ: messages in the queue (``MessageCount`` above 0); the broker
+        publishes the queue's metrics whether or not the mapping consumes, so silence (broker or
+        queue gone) does not breach."""
         name = stream.name
         window = stream.flush.max_age + 2 * self._config.sweeper.interval
         # CloudWatch evaluates at most seven days: a longer max_age is watched over the last seven.
@@ -238,7 +263,13 @@ class ObservabilityConstruct(Construct):
             "committed_sweeper": tidemark_metric("SweeperObjectsCommitted", SWEEPER, stream=name),
         }
         none_committed = "FILL(committed_archiver, 0) + FILL(committed_sweeper, 0) == 0"
-        if stream.source.kind == "kinesis":
+        queue = self._rabbitmq.get(name)
+        if queue is not None:
+            waiting = "depth > 0"
+            source = {"depth": queue.queue_metric("MessageCount", statistic="Minimum", period=PERIOD)}
+            missing = cw.TreatMissingData.NOT_BREACHING
+            what = f"messages wait in RabbitMQ queue {queue.queue} (virtual host {queue.virtual_host})"
+        elif stream.source.kind == "kinesis":
             waiting = f"age > {stream.flush.max_age_ms}"
             source = {"age": fn.metric("IteratorAge", statistic="Minimum")}
             missing = cw.TreatMissingData.NOT_BREACHING
@@ -273,10 +304,15 @@ class ObservabilityConstruct(Construct):
         settings = self._config.alarms
         name = stream.name
         kinesis = stream.source.kind == "kinesis"
+        rabbitmq = stream.source.kind == "rabbitmq"
         replay = (
             "Replay the quarantined sequence numbers from the Kinesis stream before its retention expires; the "
             "shard ledger item's quarantined entry and the CRITICAL log line name the shard and sequence range"
             if kinesis
+            else "A queue cannot be replayed: its messages were acknowledged when their batch succeeded. Publish "
+            "them again from their producers; the partition ledger item's quarantined entry and the CRITICAL log "
+            "line name the position range"
+            if rabbitmq
             else "Replay the quarantined offsets from Kafka before the topic's retention expires; the partition "
             "ledger item's quarantined entry and the CRITICAL log line name the partition and offset range"
         )
@@ -284,6 +320,8 @@ class ObservabilityConstruct(Construct):
             f"{name}: a shard's sequence numbers went backwards or its source changed (stream recreated, stream "
             "changed)"
             if kinesis
+            else f"{name}: the queue's source changed (another broker, virtual host or queue)"
+            if rabbitmq
             else f"{name}: a partition's offsets went backwards or its source changed (topic recreated, topic "
             "changed, cluster migrated)"
         )
@@ -468,18 +506,31 @@ class ObservabilityConstruct(Construct):
                 ],
             ),
         )
-        kinesis = self._kinesis.get(name)
+        kinesis, queue = self._kinesis.get(name), self._rabbitmq.get(name)
+        if kinesis is not None:
+            lag = graph(
+                "ESM iterator age",
+                [fn.metric("IteratorAge", statistic="Maximum", period=PERIOD, label="max iterator age (ms)")],
+            )
+        elif queue is not None:
+            # An Amazon MQ mapping publishes no lag: the broker's depth of the queue stands in for it.
+            lag = graph(
+                "Queue depth",
+                [
+                    queue.queue_metric("MessageCount", statistic="Maximum", period=PERIOD, label="messages (max)"),
+                    queue.queue_metric("MessageReadyCount", statistic="Maximum", period=PERIOD, label="ready"),
+                    queue.queue_metric(
+                        "MessageUnacknowledgedCount",
+                        statistic="Maximum",
+                        period=PERIOD,
+                        label="unacknowledged (delivered, batch not done)",
+                    ),
+                ],
+            )
+        else:
+            lag = graph("ESM offset lag", [fn.metric("OffsetLag", statistic="Maximum", period=PERIOD, label="max lag")])
         dashboard.add_widgets(
-            (
-                graph(
-                    "ESM iterator age",
-                    [fn.metric("IteratorAge", statistic="Maximum", period=PERIOD, label="max iterator age (ms)")],
-                )
-                if kinesis is not None
-                else graph(
-                    "ESM offset lag", [fn.metric("OffsetLag", statistic="Maximum", period=PERIOD, label="max lag")]
-                )
-            ),
+            lag,
             graph(
                 "Archiver errors and throttles",
                 [
@@ -552,6 +603,15 @@ class ObservabilityConstruct(Construct):
         if kinesis is not None:
             # The archiver's own throttles are graphed with its errors above.
             last_row.append(graph("Kinesis read throttles", [kinesis.read_throttles(PERIOD)]))
+        if queue is not None:
+            # The queue must be the mapping's alone: another consumer takes messages the archive
+            # then never sees.
+            last_row.append(
+                graph(
+                    "Queue consumers",
+                    [queue.queue_metric("ConsumerCount", statistic="Maximum", period=PERIOD, label="consumers (max)")],
+                )
+            )
         dashboard.add_widgets(*last_row)
         return dashboard
 

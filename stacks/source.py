@@ -1,6 +1,6 @@
 """The sources: an MSK cluster by ARN (or a dev MSK Serverless cluster), a self-managed Kafka by
-its bootstrap servers (Confluent Cloud, Redpanda, Kafka on EC2), or a Kinesis data stream by ARN,
-read directly or through an enhanced fan-out consumer.
+its bootstrap servers (Confluent Cloud, Redpanda, Kafka on EC2), a Kinesis data stream by ARN,
+read directly or through an enhanced fan-out consumer, or a RabbitMQ queue on an Amazon MQ broker.
 
 Exposes, per stream, what its event source mapping reads (the cluster or Kinesis ARN, or the
 bootstrap servers), how it authenticates (its source access configurations) and the IAM
@@ -9,7 +9,9 @@ stream's topic and its consumer group only -- the IAM resource ARNs MSK defines 
 groups, never ``*``; with SASL/SCRAM or mTLS, the cluster's description and the one named secret.
 For self-managed Kafka: the named secrets (credentials or client certificate, and the brokers'
 root CA) and, for brokers in a VPC, the network descriptions the mapping makes. For Kinesis:
-that one data stream (and its consumer with ``consumer: efo``), never ``*``.
+that one data stream (and its consumer with ``consumer: efo``), never ``*``. For RabbitMQ: the
+broker's description, the one named credentials secret, and the network interfaces the mapping
+places in the broker's VPC (``RabbitMQSource``).
 """
 
 from __future__ import annotations
@@ -52,6 +54,34 @@ KINESIS_CONSUMER_READ_ACTIONS = ("kinesis:DescribeStreamConsumer", "kinesis:Subs
 
 #: what a self-managed mapping in a VPC also describes (the subnets it places its pollers in)
 ESM_SUBNET_DESCRIBE_ACTIONS = ("ec2:DescribeSubnets",)
+
+#: What an Amazon MQ event source mapping calls as its function's role -- AWS Lambda Developer Guide,
+#: "Using Lambda with Amazon MQ" > "Execution role permissions"
+#: (https://docs.aws.amazon.com/lambda/latest/dg/with-mq.html#events-mq-permissions): mq:DescribeBroker,
+#: secretsmanager:GetSecretValue, the six EC2 actions below, and logs:CreateLogGroup/CreateLogStream/
+#: PutLogEvents. The mapping finds the broker's VPC, subnets and security groups with DescribeBroker
+#: and puts its pollers' network interfaces there: a broker always has a VPC, also a publicly
+#: accessible one (AWS SAM's "MQ" event lists these EC2 actions for that case). Logs need nothing
+#: more: the function writes to its own, pre-created log group (``TidemarkFunction``).
+MQ_BROKER_ACTIONS = ("mq:DescribeBroker",)
+#: the mapping signs in to RabbitMQ (PLAIN, the only mechanism Lambda supports) with this secret's
+#: ``username`` and ``password``
+MQ_SECRET_ACTIONS = ("secretsmanager:GetSecretValue",)
+#: AWS requires ``Resource: "*"`` for these: the interfaces do not exist before the mapping creates
+#: them, and EC2's Describe* actions have no resource-level permissions.
+MQ_NETWORK_ACTIONS = (
+    "ec2:CreateNetworkInterface",
+    "ec2:DeleteNetworkInterface",
+    "ec2:DescribeNetworkInterfaces",
+    "ec2:DescribeSecurityGroups",
+    "ec2:DescribeSubnets",
+    "ec2:DescribeVpcs",
+)
+#: RabbitMQ's default virtual host: a mapping that names none reads from it
+DEFAULT_VIRTUAL_HOST = "/"
+#: Amazon MQ's CloudWatch namespace; RabbitMQ queue metrics are dimensioned by broker (its name),
+#: virtual host and queue
+MQ_NAMESPACE = "AWS/AmazonMQ"
 
 #: how each auth mechanism is named to the event source mapping, with its secret
 AUTH_ACCESS = {
@@ -167,9 +197,131 @@ class KinesisSource:
         )
 
 
+@dataclass(frozen=True)
+class RabbitMQSource:
+    """One stream's RabbitMQ queue on an Amazon MQ broker: what its event source mapping reads,
+    how it signs in, what its function's role needs, and the broker's metrics of the queue.
+
+    Built from the configuration alone (``of``): the broker is not this stack's, so there is
+    nothing to import, and observability builds the same object for the queue's metrics.
+    """
+
+    broker_arn: str
+    queue: str
+    virtual_host: str
+    credentials_secret_arn: str
+
+    @classmethod
+    def of(cls, stream: StreamConfig) -> RabbitMQSource:
+        src = stream.source
+        if src.kind != "rabbitmq" or src.broker_arn is None or src.credentials_secret_arn is None:
+            # the config model makes this unreachable for a rabbitmq source; stay explicit
+            raise ConfigError(
+                f"streams[{stream.name}].source: a RabbitMQ source needs broker_arn and credentials_secret_arn"
+            )
+        return cls(
+            broker_arn=src.broker_arn,
+            queue=src.topic,  # the queue stands in the topic (``queue:`` in the YAML)
+            virtual_host=src.virtual_host or DEFAULT_VIRTUAL_HOST,
+            credentials_secret_arn=src.credentials_secret_arn,
+        )
+
+    @property
+    def broker_name(self) -> str:
+        """``<name>`` of ``arn:<partition>:mq:<region>:<account>:broker:<name>:<id>``: the ``Broker``
+        dimension of Amazon MQ's metrics."""
+        return self.broker_arn.split(":")[6]
+
+    @property
+    def region(self) -> str:
+        return self.broker_arn.split(":")[3]
+
+    @property
+    def account(self) -> str:
+        return self.broker_arn.split(":")[4]
+
+    def access_configurations(self) -> list[lambda_.SourceAccessConfiguration]:
+        """The credentials secret, and the virtual host unless it is the default ``/`` (which a
+        mapping naming none reads: leaving it out keeps ``virtual_host: /`` and no virtual host
+        the same mapping)."""
+        kinds = lambda_.SourceAccessConfigurationType
+        found = [lambda_.SourceAccessConfiguration(type=kinds.BASIC_AUTH, uri=self.credentials_secret_arn)]
+        if self.virtual_host != DEFAULT_VIRTUAL_HOST:
+            found.append(lambda_.SourceAccessConfiguration(type=kinds.VIRTUAL_HOST, uri=self.virtual_host))
+        return found
+
+    def read_statements(self) -> list[iam.PolicyStatement]:
+        """What the mapping's target role needs (see ``MQ_BROKER_ACTIONS``): the broker's
+        description and the one secret, never ``*``; the network interfaces on ``*`` as AWS requires.
+
+        A secret encrypted with a customer-managed KMS key also needs ``kms:Decrypt`` on that key,
+        which the configuration does not name (the default ``aws/secretsmanager`` key needs
+        nothing): add it to the archiver role by hand for such a secret.
+        """
+        return [
+            iam.PolicyStatement(sid="MqBroker", actions=list(MQ_BROKER_ACTIONS), resources=[self.broker_arn]),
+            iam.PolicyStatement(
+                sid="MqCredentials", actions=list(MQ_SECRET_ACTIONS), resources=[self.credentials_secret_arn]
+            ),
+            iam.PolicyStatement(
+                sid="MqNetwork",
+                actions=list(MQ_NETWORK_ACTIONS),
+                resources=["*"],  # required by AWS: see MQ_NETWORK_ACTIONS
+            ),
+        ]
+
+    def add_mapping(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        target: lambda_.IFunction,
+        batch_size: int,
+        batching_window: Duration,
+    ) -> lambda_.EventSourceMapping:
+        """The queue's event source mapping on ``target``.
+
+        CDK's ``EventSourceMapping`` has no ``queues`` property (nor an Amazon MQ event source
+        class): ``Queues`` is set on its CloudFormation resource. Everything a log's mapping sets
+        is left out because Amazon MQ takes none of it: no starting position (a queue has none),
+        no retry bounds or on-failure destination (a failed batch is retried whole until it
+        succeeds or its messages expire on the broker), no metrics configuration (Kafka's and the
+        stream sources' only). Lambda runs one invocation at a time per RabbitMQ mapping, so the
+        queue's batches reach the archiver one after another; nothing to configure.
+        """
+        mapping = lambda_.EventSourceMapping(
+            scope,
+            construct_id,
+            target=target,
+            event_source_arn=self.broker_arn,
+            source_access_configurations=self.access_configurations(),
+            batch_size=batch_size,
+            max_batching_window=batching_window,
+        )
+        resource = mapping.node.default_child
+        assert isinstance(resource, lambda_.CfnEventSourceMapping)
+        resource.add_property_override("Queues", [self.queue])
+        return mapping
+
+    def queue_metric(self, name: str, *, statistic: str, period: Duration, label: str | None = None) -> cw.Metric:
+        """One of the broker's metrics of the queue (``MessageCount``: ready plus unacknowledged,
+        the queue's depth; ``MessageReadyCount``; ``MessageUnacknowledgedCount``; ``ConsumerCount``).
+        The broker publishes them whether or not anything consumes: they are the queue's, not the
+        mapping's (which publishes no lag metric for Amazon MQ)."""
+        return cw.Metric(
+            namespace=MQ_NAMESPACE,
+            metric_name=name,
+            dimensions_map={"Broker": self.broker_name, "VirtualHost": self.virtual_host, "Queue": self.queue},
+            statistic=statistic,
+            period=period,
+            label=label,
+        )
+
+
 class SourceConstruct(Construct):
-    """Resolves every stream's cluster or Kinesis stream; creates the dev MSK Serverless cluster
-    when enabled and an enhanced fan-out consumer per ``consumer: efo`` stream (``kinesis[name]``)."""
+    """Resolves every stream's cluster, Kinesis stream or RabbitMQ queue; creates the dev MSK
+    Serverless cluster when enabled and an enhanced fan-out consumer per ``consumer: efo`` stream
+    (``kinesis[name]``); ``rabbitmq[name]`` is each RabbitMQ stream's queue."""
 
     def __init__(
         self,
@@ -185,6 +337,11 @@ class SourceConstruct(Construct):
             stream.name: self._kinesis(index, stream)
             for index, stream in enumerate(config.streams)
             if stream.source.kind == "kinesis"
+        }
+        self.rabbitmq: dict[str, RabbitMQSource] = {
+            stream.name: self._rabbitmq(index, stream)
+            for index, stream in enumerate(config.streams)
+            if stream.source.kind == "rabbitmq"
         }
         self.dev_cluster: msk.CfnServerlessCluster | None = None
         self.dev_cluster_security_group: ec2.SecurityGroup | None = None
@@ -243,11 +400,26 @@ class SourceConstruct(Construct):
         )
         return KinesisSource(stream=imported, consumer=consumer, consumer_name=name)
 
+    def _rabbitmq(self, index: int, stream: StreamConfig) -> RabbitMQSource:
+        source = RabbitMQSource.of(stream)
+        # Lambda reads Amazon MQ brokers of its own account and region only (no cross-account processing)
+        stack = Stack.of(self)
+        for what, broker, here in (("region", source.region, stack.region), ("account", source.account, stack.account)):
+            if not Token.is_unresolved(here) and broker != here:
+                raise ConfigError(
+                    f"streams[{index}].source.broker_arn: the broker is in {what} {broker} and the stack in {here}; "
+                    "an event source mapping reads Amazon MQ brokers of its own account and region only"
+                )
+        return source
+
     def event_source_arn(self, stream: StreamConfig) -> str | None:
         """What the stream's event source mapping reads: the cluster, the Kinesis stream or its
-        consumer; ``None`` for self-managed Kafka (its mapping names bootstrap servers)."""
+        consumer, the Amazon MQ broker; ``None`` for self-managed Kafka (its mapping names
+        bootstrap servers)."""
         if stream.source.kind == "kinesis":
             return self.kinesis[stream.name].event_source_arn
+        if stream.source.kind == "rabbitmq":
+            return self.rabbitmq[stream.name].broker_arn
         if stream.source.kind == "kafka":
             return None
         return self.cluster_arn(stream)
@@ -288,8 +460,11 @@ class SourceConstruct(Construct):
     @staticmethod
     def access_configurations(stream: StreamConfig) -> list[lambda_.SourceAccessConfiguration]:
         """How a Kafka mapping authenticates and where its pollers run: the secret of the auth
-        mechanism, the brokers' root CA, and a self-managed VPC's subnets and security groups."""
+        mechanism, the brokers' root CA, and a self-managed VPC's subnets and security groups. A
+        RabbitMQ mapping: its credentials secret and virtual host (``RabbitMQSource``)."""
         src, kinds = stream.source, lambda_.SourceAccessConfigurationType
+        if src.kind == "rabbitmq":
+            return RabbitMQSource.of(stream).access_configurations()
         found = []
         if src.auth is not None and src.auth.secret_arn is not None:
             found.append(
@@ -323,10 +498,13 @@ class SourceConstruct(Construct):
         return kafka_resource_arns(self.cluster_arn(stream), stream.source.topic, consumer_group_id(stream))
 
     def read_statements(self, stream: StreamConfig) -> list[iam.PolicyStatement]:
-        """What an event source mapping's target role needs to consume the stream's topic or Kinesis stream."""
+        """What an event source mapping's target role needs to consume the stream's topic, Kinesis
+        stream or RabbitMQ queue."""
         src = stream.source
         if src.kind == "kinesis":
             return self.kinesis[stream.name].read_statements()
+        if src.kind == "rabbitmq":
+            return self.rabbitmq[stream.name].read_statements()
         statements = secret_statements(stream)
         if src.kind == "kafka":
             if src.network is not None:

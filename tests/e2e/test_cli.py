@@ -127,13 +127,48 @@ def test_invoke_with_a_kinesis_event_defaults_to_the_kinesis_config_and_archives
     assert service_processes() == before
 
 
+def test_invoke_with_a_rabbitmq_event_defaults_to_its_config_numbers_and_dedupes(tmp_path):
+    """``events/rabbitmq-orders.json``: four messages of queue ``orders``, the first redelivered
+    in the same batch (archived once), one without a message id (dead-lettered). The ledger
+    numbers what it accepts: positions 0 and 1 archived, 2 dead-lettered."""
+    before = service_processes()
+    with moto_server() as endpoint:
+        done = tidemark(
+            "invoke", "archiver", "-e", "events/rabbitmq-orders.json", "--drain",
+            "--workdir", tmp_path, "--endpoint-url", endpoint,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        response = json.loads(done.stdout)
+        assert response["streams"]["orders"] | {"objects_committed": 0} == {
+            "records_in": 4,
+            "duplicates": 1,
+            "staged": 3,
+            "dead_lettered": 1,
+            "objects_committed": 0,
+            "flush_errors": 0,
+            "quarantined": 0,
+        }
+        s3 = boto3.client("s3", endpoint_url=endpoint)
+        stream = load_config(REPO / "config" / "rabbitmq.yaml").streams[0]
+        records, objects, _hours = read_archive(s3, InvokeOptions.bucket, "orders", config=stream)
+    assert objects == 2
+    raw = sorted((r.offset, r.meta.key, json.loads(r.value)["order_id"]) for r in records if not r.dead_letter)
+    assert raw == [(0, b"m-1001", "o-1001"), (1, b"m-1002", "o-1002")]
+    [missing] = [r for r in records if r.dead_letter]
+    assert (missing.offset, missing.meta.key) == (2, None)
+    assert missing.error.startswith("missing_message_id")
+    assert ("amqp.content_type", b"application/json") in missing.meta.headers
+    assert all(r.meta.topic == "orders" for r in records)
+    assert service_processes() == before
+
+
 def test_invoke_reports_a_function_error_with_exit_code_1(tmp_path):
     event = tmp_path / "not-kafka.json"
     event.write_text(json.dumps({"Records": [{"eventSource": "aws:sqs"}]}))
     done = tidemark("invoke", "-e", event, "--workdir", tmp_path)
     assert done.returncode == 1
     assert (
-        "not a Kafka or Kinesis event source mapping event: eventSource='aws:sqs'"
+        "not a Kafka, Kinesis or RabbitMQ event source mapping event: eventSource='aws:sqs'"
         in json.loads(done.stdout)["errorMessage"]
     )
 

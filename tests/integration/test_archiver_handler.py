@@ -92,7 +92,7 @@ def test_self_managed_sample_event(handler, archive):
 
 
 def test_malformed_event_fails_clearly(handler):
-    expected = "not a Kafka or Kinesis event source mapping event: eventSource='aws:sqs'"
+    expected = "not a Kafka, Kinesis or RabbitMQ event source mapping event: eventSource='aws:sqs'"
     with pytest.raises(MalformedEventError, match=expected):
         handler.lambda_handler({"Records": [{"eventSource": "aws:sqs"}]}, context())
 

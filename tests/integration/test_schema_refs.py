@@ -172,5 +172,8 @@ def test_metadata_a_stream_does_not_keep_is_not_staged(archive, fmt):
     finish(archive, config, esm, BATCH)
     expected = [replace(want, meta=replace(want.meta, schemas=())) for want in workload.expected if want.meta]
     report = verify_archive(archive.s3, archive.bucket, "orders", expected, config=config.streams[0])
-    assert report.ok and report.archived + report.dead_lettered == report.produced == 60, (report.corrupted, report.misfiled)
+    assert report.ok and report.archived + report.dead_lettered == report.produced == 60, (
+        report.corrupted,
+        report.misfiled,
+    )
     assert staged_files(archive) == set()

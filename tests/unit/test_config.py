@@ -84,6 +84,9 @@ def test_example_config_loads_with_its_values() -> None:
         "auth": None,
         "network": None,
         "schema_registry": None,
+        "broker_arn": None,
+        "virtual_host": None,
+        "credentials_secret_arn": None,
     }
     assert stream.event_time == EventTimeConfig(source="json_field", field="created_at", format="auto", timezone="UTC")
     assert stream.flush.max_records == 100_000
@@ -836,6 +839,9 @@ def test_kinesis_source_takes_its_topic_from_the_stream_arn() -> None:
         "auth": None,
         "network": None,
         "schema_registry": None,
+        "broker_arn": None,
+        "virtual_host": None,
+        "credentials_secret_arn": None,
     }
     assert stream.source.shape is KINESIS_SHAPE
     assert stream.csv_columns == (
@@ -1033,3 +1039,56 @@ def test_a_kinesis_stream_and_a_kafka_topic_may_share_a_name() -> None:
     assert config.stream_for_topic("orders") is config.streams[0]
     assert config.stream_for_topic("orders", "kafka") is config.streams[0]
     assert config.stream_for_topic("orders", "kinesis") is config.streams[1]
+
+
+# -- RabbitMQ sources --------------------------------------------------------------------------------
+
+MQ_SOURCE = {
+    "kind": "rabbitmq",
+    "broker_arn": "arn:aws:mq:us-east-1:123456789012:broker:orders:b-1234a5b6-78cd-901e-2fgh-3i45j6k178l9",
+    "queue": "orders",
+    "credentials_secret_arn": "arn:aws:secretsmanager:us-east-1:123456789012:secret:mq-orders-AbCdEf",
+}
+
+
+def test_a_rabbitmq_source_is_named_as_its_events_name_it() -> None:
+    config = parse_config(minimal(source=MQ_SOURCE))
+    stream = config.streams[0]
+    assert (stream.source.topic, stream.source.match_name, stream.source.shape.kind) == (
+        "orders",
+        "orders::/",
+        "rabbitmq",
+    )
+    assert stream.dedupe_settings.id == "message_id" and stream.dedupe_settings.window == timedelta(hours=24)
+    assert config.stream_for_topic("orders::/", "rabbitmq") is stream
+    assert config.stream_for_topic("orders::prod", "rabbitmq") is None  # another virtual host
+    again = parse_config(config.model_dump(mode="json"))  # what the Lambdas get: topic, no queue
+    assert again.streams[0].source.match_name == "orders::/"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"broker_arn": None}, "kind 'rabbitmq' needs broker_arn"),
+        ({"credentials_secret_arn": None}, "needs broker_arn (the Amazon MQ broker) and credentials_secret_arn"),
+        ({"queue": None}, "queue is required when kind is 'rabbitmq'"),
+        ({"topic": "other"}, "a RabbitMQ source names its queue"),
+        ({"bootstrap_servers": ["b:9092"]}, "bootstrap_servers: not for kind 'rabbitmq'"),
+        ({"consumer": "efo"}, "consumer: not for kind 'rabbitmq'"),
+        ({"broker_arn": "arn:aws:kafka:us-east-1:123456789012:cluster/x/y"}, "broker_arn"),
+    ],
+)
+def test_rabbitmq_source_errors(change: dict[str, Any], message: str) -> None:
+    source = {key: value for key, value in {**MQ_SOURCE, **change}.items() if value is not None}
+    assert message in config_error(minimal(source=source))
+
+
+def test_rabbitmq_fields_are_refused_on_other_kinds_and_dedupe_with_them() -> None:
+    assert "virtual_host: only for kind 'rabbitmq'" in config_error(
+        minimal(source={"cluster_arn": CLUSTER_ARN, "topic": "orders", "virtual_host": "/"})
+    )
+    assert "dedupe is for RabbitMQ sources" in config_error(minimal(dedupe={"id": "message_id"}))
+    assert "must be between 1m and 14d" in config_error(minimal(source=MQ_SOURCE, dedupe={"window": "30s"}))
+    assert "String should match pattern" in config_error(minimal(source=MQ_SOURCE, dedupe={"id": "key"}))
+    header = parse_config(minimal(source=MQ_SOURCE, dedupe={"id": "header:x-id", "window": "1h"}))
+    assert header.streams[0].dedupe_settings.id == "header:x-id"

@@ -432,8 +432,8 @@ def test_parse_event_names_the_sources_it_reads(event: object, found: str) -> No
     with pytest.raises(MalformedEventError) as caught:
         parse_event(event)
     assert str(caught.value) == (
-        f"not a Kafka or Kinesis event source mapping event: eventSource={found} (expected one of "
-        "['SelfManagedKafka', 'aws:SelfManagedKafka', 'aws:kafka', 'aws:kinesis'])"
+        f"not a Kafka, Kinesis or RabbitMQ event source mapping event: eventSource={found} (expected one of "
+        "['SelfManagedKafka', 'aws:SelfManagedKafka', 'aws:kafka', 'aws:kinesis', 'aws:rmq'])"
     )
 
 

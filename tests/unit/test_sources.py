@@ -8,6 +8,7 @@ from tidemark.sources import (
     ALL_ENVELOPE_COLUMNS,
     KAFKA_SHAPE,
     KINESIS_SHAPE,
+    RABBITMQ_SHAPE,
     SEQUENCE_NUMBER,
     SHARD_ID,
     EnvelopeNames,
@@ -172,12 +173,21 @@ def test_all_envelope_columns_are_every_kinds_without_repeats() -> None:
         "sequence_number",
         "approximate_arrival_timestamp",
         "partition_key",
+        "queue",
+        "position",
+        "message_id",
     )
 
 
 @pytest.mark.parametrize(
     ("kind", "shape"),
-    [("msk", KAFKA_SHAPE), ("kafka", KAFKA_SHAPE), ("", KAFKA_SHAPE), ("kinesis", KINESIS_SHAPE)],
+    [
+        ("msk", KAFKA_SHAPE),
+        ("kafka", KAFKA_SHAPE),
+        ("", KAFKA_SHAPE),
+        ("kinesis", KINESIS_SHAPE),
+        ("rabbitmq", RABBITMQ_SHAPE),
+    ],
 )
 def test_shape_of(kind: str, shape: SourceShape) -> None:
     assert shape_of(kind) is shape
@@ -186,7 +196,7 @@ def test_shape_of(kind: str, shape: SourceShape) -> None:
 def test_shape_of_an_unknown_kind_names_the_known_ones() -> None:
     with pytest.raises(ValueError) as caught:
         shape_of("sqs")
-    assert str(caught.value) == "unknown source kind 'sqs' (expected one of ['kafka', 'kinesis'])"
+    assert str(caught.value) == "unknown source kind 'sqs' (expected one of ['kafka', 'kinesis', 'rabbitmq'])"
 
 
 def test_position_text_pads_to_the_kinds_width() -> None:

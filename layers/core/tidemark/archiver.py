@@ -74,14 +74,11 @@ class Archiver:
                 )
                 refused.append(result)
                 continue
+            summary: dict[str, Any] = {"partition": batch.partition}
+            if batch.records[0].offset >= 0:  # a queue's messages are numbered by the writer
+                summary.update(first_offset=batch.records[0].offset, last_offset=batch.records[-1].offset)
             archived.setdefault(stream.name, []).append(
-                {
-                    "partition": batch.partition,
-                    "first_offset": batch.records[0].offset,
-                    "last_offset": batch.records[-1].offset,
-                    "staged": result.staged,
-                    "duplicates": result.duplicates,
-                }
+                {**summary, "staged": result.staged, "duplicates": result.duplicates}
             )
             outcomes.setdefault(stream.name, BatchOutcome()).merge(result)
         for name, partitions in archived.items():  # one line per stream and invocation, whatever the partitions

@@ -36,6 +36,7 @@ from tidemark import jsonscan
 from tidemark.buffers import ERRORS_KIND, RAW_KIND, BufferKey
 from tidemark.clock import Clock
 from tidemark.config.model import StreamConfig
+from tidemark.dedupe.ids import CONTENT_SHA256, message_id
 from tidemark.eventtime import (
     MAX_MS,
     MIN_MS,
@@ -59,6 +60,7 @@ SCHEMA_MISMATCH = "schema_mismatch"
 MISSING_PARTITION_VALUE = "missing_partition_value"
 MULTILINE_TEXT = "multiline_text_value"  # format text keeps one value per line
 UNRENDERABLE = "unrenderable_value"  # a field the format or a partition level needs cannot be written
+MISSING_MESSAGE_ID = "missing_message_id"  # RabbitMQ: no id under dedupe.id (message_id, header:<name>)
 
 
 class Rejected(Exception):
@@ -126,6 +128,11 @@ class Router:
         # a top-level event-time field is read by msgspec, a nested one by orjson (see _field_times)
         self._field_decoder = jsonscan.field_decoder(self._field_path[0]) if len(self._field_path) == 1 else None
         self._header_codes: dict[tuple[tuple[str, bytes], ...], int] = {}
+        # a source without offsets: a message must carry the id it is deduplicated by
+        dedupe = stream.dedupe_settings.id if stream.source.shape.assigns_positions else None
+        self._id_rule = dedupe if dedupe is not None and dedupe != CONTENT_SHA256 else None
+        if self._id_rule is not None:
+            self._batchable = False
 
     def _key(self, kind: str, hour: str, folders: str = "") -> BufferKey:
         key = self._keys.get((kind, hour, folders))
@@ -137,6 +144,8 @@ class Router:
 
     def _check(self, record: Record) -> object:
         """Validate the record's bytes; return the parsed JSON value when the stream needs it."""
+        if self._id_rule is not None and message_id(record, self._id_rule) is None:
+            raise Rejected(MISSING_MESSAGE_ID, f"no id under dedupe.id {self._id_rule!r}: it cannot be deduplicated")
         size = len(record.value) + (len(record.key) if record.key else 0)
         if record.headers:
             size += sum(len(name.encode("utf-8")) + len(data) for name, data in record.headers)

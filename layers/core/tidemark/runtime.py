@@ -15,6 +15,7 @@ from botocore.config import Config
 from tidemark.clock import Clock, SystemClock
 from tidemark.config.loader import load_config_from_env
 from tidemark.config.model import StreamConfig, TidemarkConfig
+from tidemark.dedupe import DedupeIndex, SqliteDedupeIndex
 from tidemark.exceptions import ConfigError
 from tidemark.faults import CrashPoints, NoCrashes, crash_points_from_env
 from tidemark.ledger.base import Ledger
@@ -44,6 +45,8 @@ class Runtime:
     # Partition states last read or written by this process (see PartitionWriter).
     _states: dict[tuple[str, PartitionId], PartitionState] = field(default_factory=dict, init=False, repr=False)
     _gc_times: dict[tuple[str, PartitionId], int] = field(default_factory=dict, init=False, repr=False)
+    # Open dedupe indexes of sources without offsets (RabbitMQ), kept across warm invocations.
+    _dedupe: dict[tuple[str, PartitionId], DedupeIndex] = field(default_factory=dict, init=False, repr=False)
     kinesis_client: Any = None  # the sweeper's view of Kinesis shards; created on first use
 
     @property
@@ -123,4 +126,13 @@ class Runtime:
             crash_points=self.crash_points,
             state_cache=self._states,
             gc_times=self._gc_times,
+            dedupe=self.dedupe_index(stream, partition) if stream.source.shape.assigns_positions else None,
         )
+
+    def dedupe_index(self, stream: StreamConfig, partition: PartitionId) -> DedupeIndex:
+        """The partition's dedupe index on the staging mount (opened once per process)."""
+        key = (stream.name, partition)
+        index = self._dedupe.get(key)
+        if index is None:
+            index = self._dedupe[key] = SqliteDedupeIndex(self.staging.dedupe_path(stream.name, partition))
+        return index

@@ -26,6 +26,7 @@ PartitionId = int | str
 
 KAFKA = "kafka"
 KINESIS = "kinesis"
+RABBITMQ = "rabbitmq"
 
 #: Kinesis shard ids (``shardId-000000000007``): the API's characters, at most 128. Tidemark also
 #: wants a letter first (every shard id Kinesis hands out starts ``shardId-``), so a shard id is
@@ -74,6 +75,10 @@ class SourceShape:
     #: such a batch is a replay -- a mapping recreated at TRIM_HORIZON -- and its records are
     #: dropped as already archived.
     reuses_positions: bool = True
+    #: whether positions are the ledger's, not the source's: a RabbitMQ queue has no offsets, so
+    #: the archiver numbers the messages it accepts, in acceptance order, after dropping the ids
+    #: it has already archived (``tidemark.dedupe``). Such a source has one partition: 0.
+    assigns_positions: bool = False
 
     def position_text(self, position: int) -> str:
         return f"{position:0{self.position_digits}d}"
@@ -94,7 +99,16 @@ KINESIS_SHAPE = SourceShape(
     128,
     reuses_positions=False,
 )
-SHAPES = {shape.kind: shape for shape in (KAFKA_SHAPE, KINESIS_SHAPE)}
+#: a queue is one partition (0); a position is the ledger's number for an accepted message
+RABBITMQ_SHAPE = SourceShape(
+    RABBITMQ,
+    EnvelopeNames("queue", "partition", "position", "timestamp", "message_id", "headers", False, False),
+    KAFKA_POSITION_DIGITS,
+    10,
+    reuses_positions=False,
+    assigns_positions=True,
+)
+SHAPES = {shape.kind: shape for shape in (KAFKA_SHAPE, KINESIS_SHAPE, RABBITMQ_SHAPE)}
 #: every envelope field name of any source (what a CSV column may name besides value paths)
 ALL_ENVELOPE_COLUMNS = tuple(dict.fromkeys(c for shape in SHAPES.values() for c in shape.envelope.columns))
 

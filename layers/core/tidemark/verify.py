@@ -21,7 +21,7 @@ from tidemark.formats.base import ArchivedEnvelope
 from tidemark.objects.keys import epoch_of_key, folders_of_key, hour_of_key, positions_of_key, source_of_key
 from tidemark.partitioning import MissingPartitionValue, Partitioner
 from tidemark.records.model import Record, Schemas
-from tidemark.sources import PartitionId
+from tidemark.sources import PartitionId, shape_of
 from tidemark.valuepath import cell
 from tidemark.writer.stream import render_spec
 
@@ -136,7 +136,10 @@ def spec_of_key(key: str, spec: RenderSpec) -> RenderSpec:
     fmt, codec = kind_of_key(key)
     if codec is None:  # inside the file: the stream's codec, or the format's default
         codec = spec.compression if spec.format == fmt else COMPRESSIONS[fmt][0]
-    return replace(spec, format=fmt, compression=codec, source=source_of_key(key))
+    source = source_of_key(key)
+    if shape_of(spec.source).position_digits == shape_of(source).position_digits:
+        source = spec.source  # the width cannot tell a RabbitMQ position from a Kafka offset: the stream can
+    return replace(spec, format=fmt, compression=codec, source=source)
 
 
 def _render_spec(stream: StreamConfig | None, value: str, key: str, headers: str) -> RenderSpec:
@@ -399,3 +402,84 @@ def _place_unpositioned(
                 break
         placed.append(record)
     return placed
+
+
+@dataclass(frozen=True, slots=True)
+class ExpectedMessage:
+    """A message of a source without offsets (RabbitMQ), known by the id it is deduplicated by:
+    the archive must hold it once, wherever the ledger numbered it."""
+
+    id: bytes  # its dedupe id (``tidemark.dedupe.ids.message_id``), or its body's digest without one
+    value: bytes
+    hour: str | None  # expected event-hour label, None when it must be dead-lettered
+    meta: RecordMeta | None = None
+
+
+def verify_messages(
+    s3: S3Client,
+    bucket: str,
+    stream: str,
+    expected: Iterable[ExpectedMessage],
+    *,
+    config: StreamConfig,
+    raw_prefix: str = "raw",
+    errors_prefix: str = "errors",
+) -> VerificationReport:
+    """``verify_archive`` for a source whose positions the ledger assigns: each archived record is
+    matched to what was published by its id, read back from the object (the envelope's key, or
+    under ``dedupe.id: header:<name>`` that header; a record without one by its body's digest).
+    Besides lost, duplicated, misfiled and corrupted ids, the positions must tile: every
+    partition's are ``0..n-1``, each once (a gap is an accepted record missing from the archive),
+    reported as ``lost`` ``("position", partition, p)``."""
+    from tidemark.dedupe.ids import CONTENT_SHA256, digest, message_id
+
+    rule = config.dedupe_settings.id
+    archived, objects, per_hour = read_archive(s3, bucket, stream, raw_prefix, errors_prefix, config=config)
+    wanted = {item.id: item for item in expected}
+    report = VerificationReport(objects=objects, objects_per_hour=per_hour)
+    report.produced = len(wanted)
+    seen: Counter[bytes] = Counter()
+    positions: dict[PartitionId, list[int]] = defaultdict(list)
+    encoding = config.encoding.value
+    for record in archived:
+        positions[record.partition].append(record.offset)
+        shaped = Record("", record.partition, record.offset, 0, record.value, record.meta.key, record.meta.headers)
+        found = message_id(shaped, rule)
+        ident = found if found is not None and rule != CONTENT_SHA256 else digest(shaped, rule)
+        label: Identity = (ident.decode("utf-8", "replace"),)
+        seen[ident] += 1
+        if record.dead_letter:
+            report.dead_lettered += 1
+            report.dead_lettered_by_partition[record.partition] += 1
+            report.dead_letter_reasons[record.error.split(":", 1)[0]] += 1
+        else:
+            report.archived += 1
+            report.archived_by_partition[record.partition] += 1
+            report.records_per_hour[record.folder] += 1
+        want = wanted.get(ident)
+        if want is None:
+            report.unexpected.append(label)
+            continue
+        if seen[ident] == 2:
+            report.duplicated.append(label)
+        intact = want.meta is None or _same_meta(record, want.meta)
+        if want.hour is None:
+            if not record.dead_letter:
+                report.misfiled.append((*label, record.key))
+            elif record.value != want.value:
+                intact = False
+        elif record.dead_letter or record.folder != hour_path(want.hour):
+            report.misfiled.append((*label, record.key))
+        else:
+            intact = intact and _same_value(record, want.value, encoding)
+        if not intact:
+            report.corrupted.append(label)
+    report.lost = sorted((ident.decode("utf-8", "replace"),) for ident in wanted if ident not in seen)
+    for partition, found_positions in positions.items():
+        if sorted(found_positions) != list(range(len(found_positions))):
+            missing = sorted(set(range(max(found_positions) + 1)) - set(found_positions))
+            report.lost += [("position", str(partition), str(position)) for position in missing] or [
+                ("position", str(partition), "repeated")
+            ]
+    report.produced_by_partition[0] = len(wanted)  # a queue is one partition
+    return report

@@ -27,7 +27,8 @@ def invoke(
         Path | None,
         typer.Option(
             help="Stream configuration the function gets. Default: config/kinesis.yaml for a Kinesis event "
-            "(eventSource aws:kinesis), config/tidemark.yaml for any other."
+            "(eventSource aws:kinesis), config/rabbitmq.yaml for an Amazon MQ one (aws:rmq), config/tidemark.yaml "
+            "for any other."
         ),
     ] = None,
     drain: Annotated[

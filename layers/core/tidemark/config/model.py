@@ -31,6 +31,10 @@ from tidemark.names import S3_PREFIX, STREAM_NAME, TOPIC_NAME
 from tidemark.sources import ALL_ENVELOPE_COLUMNS, KAFKA_SHAPE, KINESIS_STREAM_ARN, SourceShape, shape_of
 
 MSK_CLUSTER_ARN = r"^arn:aws[a-z-]*:kafka:[a-z0-9-]+:\d{12}:cluster/[A-Za-z0-9-]{1,64}/[A-Za-z0-9-]+$"
+#: an Amazon MQ broker's ARN (arn:aws:mq:<region>:<account>:broker:<name>:<id>)
+MQ_BROKER_ARN = r"^arn:aws[a-z-]*:mq:[a-z0-9-]+:\d{12}:broker:[A-Za-z0-9_-]{1,50}:b-[0-9a-z-]{1,64}$"
+#: a RabbitMQ virtual host: the broker's rule is any string; these are the ones an ESM names safely
+VIRTUAL_HOST = r"^/?[A-Za-z0-9._/-]{0,255}$"
 GLUE_REGISTRY_ARN = r"^arn:aws[a-z-]*:glue:[a-z0-9-]+:\d{12}:registry/[A-Za-z0-9_$#-]{1,255}$"
 SECRET_ARN = r"^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:[A-Za-z0-9/_+=.@-]{1,512}$"
 KMS_KEY_ARN = r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[A-Za-z0-9-]{1,64}$"
@@ -147,10 +151,12 @@ class SchemaRegistryConfig(_Model):
 
 
 class SourceConfig(_Model):
-    """Where the stream's records come from: an MSK cluster, a self-managed Kafka, or a Kinesis
-    data stream (whose name, taken from ``stream_arn``, stands in ``topic``)."""
+    """Where the stream's records come from: an MSK cluster, a self-managed Kafka, a Kinesis
+    data stream (whose name, taken from ``stream_arn``, stands in ``topic``), or a RabbitMQ queue
+    on an Amazon MQ broker (``queue`` stands in ``topic``; the mapping names it
+    ``<queue>::<virtual_host>``: ``match_name``)."""
 
-    kind: Literal["msk", "kafka", "kinesis"] = "msk"
+    kind: Literal["msk", "kafka", "kinesis", "rabbitmq"] = "msk"
     topic: str = Field(pattern=TOPIC_NAME)
     cluster_arn: str | None = Field(default=None, pattern=MSK_CLUSTER_ARN)
     bootstrap_servers: list[str] | None = None
@@ -165,11 +171,23 @@ class SourceConfig(_Model):
     auth: KafkaAuthConfig | None = None  # Kafka kinds: how the mapping authenticates (default per kind)
     network: KafkaNetworkConfig | None = None  # self-managed Kafka in a VPC (default: a public endpoint)
     schema_registry: SchemaRegistryConfig | None = None  # Kafka kinds: the mapping validates and decodes values
+    broker_arn: str | None = Field(default=None, pattern=MQ_BROKER_ARN)  # rabbitmq: the Amazon MQ broker
+    virtual_host: str | None = Field(default=None, pattern=VIRTUAL_HOST)  # rabbitmq: default "/"
+    credentials_secret_arn: str | None = Field(default=None, pattern=SECRET_ARN)  # rabbitmq: username, password
 
     @model_validator(mode="before")
     @classmethod
     def _kinesis_topic(cls, data: object) -> object:
-        # A Kinesis stream's name is its "topic": the name events and object keys carry.
+        # A RabbitMQ queue is its "topic" (a dumped config carries it back as topic: only that
+        # same name is fine); a Kinesis stream's name is its "topic": the name events and object
+        # keys carry.
+        if isinstance(data, dict) and data.get("kind") == "rabbitmq":
+            queue, topic = data.get("queue"), data.get("topic")
+            if queue is None and topic is None:
+                raise ValueError("queue is required when kind is 'rabbitmq'")
+            if queue is not None and topic not in (None, queue):
+                raise ValueError("topic is for Kafka sources; a RabbitMQ source names its queue")
+            return {**{key: value for key, value in data.items() if key != "queue"}, "topic": queue or topic}
         if isinstance(data, dict) and data.get("kind") == "kinesis":
             arn = data.get("stream_arn")
             if not isinstance(arn, str) or not re.match(KINESIS_STREAM_ARN, arn):
@@ -193,6 +211,16 @@ class SourceConfig(_Model):
     @model_validator(mode="after")
     def _source_kind(self) -> SourceConfig:
         # An msk source without cluster_arn reads from the dev cluster; TidemarkConfig checks that.
+        rabbitmq_only = {
+            "broker_arn": self.broker_arn is not None,
+            "virtual_host": self.virtual_host is not None,
+            "credentials_secret_arn": self.credentials_secret_arn is not None,
+        }
+        if self.kind == "rabbitmq":
+            return self._check_rabbitmq()
+        wrong = [name for name, given in rabbitmq_only.items() if given]
+        if wrong:
+            raise ValueError(f"{', '.join(wrong)}: only for kind 'rabbitmq'")
         if self.kind == "kafka" and not self.bootstrap_servers:
             raise ValueError("bootstrap_servers is required when kind is 'kafka'")
         kinesis_only = {
@@ -230,6 +258,37 @@ class SourceConfig(_Model):
             raise ValueError("starting_position_timestamp goes with starting_position AT_TIMESTAMP, and only with it")
         return self
 
+    def _check_rabbitmq(self) -> SourceConfig:
+        if self.broker_arn is None or self.credentials_secret_arn is None:
+            raise ValueError(
+                "kind 'rabbitmq' needs broker_arn (the Amazon MQ broker) and credentials_secret_arn "
+                "(a secret holding the broker user's username and password)"
+            )
+        others = {
+            "cluster_arn": self.cluster_arn,
+            "bootstrap_servers": self.bootstrap_servers,
+            "consumer_group_id": self.consumer_group_id,
+            "stream_arn": self.stream_arn,
+            "auth": self.auth,
+            "network": self.network,
+            "schema_registry": self.schema_registry,
+            "starting_position_timestamp": self.starting_position_timestamp,
+        }
+        wrong = [name for name, given in others.items() if given is not None]
+        wrong += ["consumer"] if self.consumer != "shared" else []
+        wrong += ["parallelization_factor"] if self.parallelization_factor != 1 else []
+        if wrong:
+            raise ValueError(f"{', '.join(wrong)}: not for kind 'rabbitmq'")
+        return self
+
+    @property
+    def match_name(self) -> str:
+        """How events name this source: a Kafka topic, a Kinesis stream's name, or a RabbitMQ
+        queue as ``<queue>::<virtual host>`` (the key of the mapping's ``rmqMessagesByQueue``)."""
+        if self.kind == "rabbitmq":
+            return f"{self.topic}::{self.virtual_host or '/'}"
+        return self.topic
+
     def _check_kafka_access(self) -> None:
         allowed = KAFKA_AUTH_MECHANISMS[self.kind]
         auth = self.auth
@@ -256,7 +315,7 @@ class SourceConfig(_Model):
     def auth_mechanism(self) -> str:
         """How the mapping authenticates: ``auth.mechanism``, or the kind's default (MSK ``iam``,
         self-managed ``none``); ``""`` for Kinesis."""
-        if self.kind == "kinesis":
+        if self.kind in ("kinesis", "rabbitmq"):
             return ""
         return self.auth.mechanism if self.auth is not None else KAFKA_AUTH_MECHANISMS[self.kind][0]
 
@@ -578,6 +637,28 @@ class DeadLetterConfig(_Model):
     max_record_bytes: Bytes = Field(default=ByteSize(1 * MiB), ge=1, le=64 * MiB)
 
 
+class DedupeConfig(_Model):
+    """How a source without offsets (RabbitMQ) tells a redelivery from a new message.
+
+    ``id``: ``message_id`` (the AMQP property), ``header:<name>`` (a header's value) or
+    ``content_sha256`` (the body's digest: identical bodies are one message). A message id seen
+    within ``window`` of its first acceptance is archived at most once (``tidemark.dedupe``)."""
+
+    id: str = Field(default="message_id", pattern=r"^(message_id|content_sha256|header:[^\s]{1,255})$")
+    window: Duration = timedelta(hours=24)
+
+    @field_validator("window")
+    @classmethod
+    def _window_range(cls, value: timedelta) -> timedelta:
+        if not timedelta(minutes=1) <= value <= timedelta(days=14):
+            raise ValueError("must be between 1m and 14d")
+        return value
+
+    @property
+    def window_ms(self) -> int:
+        return to_ms(self.window)
+
+
 class AggregationConfig(_Model):
     """One aggregate table the Spark job computes per event hour."""
 
@@ -635,6 +716,18 @@ class StreamConfig(_Model):
     aggregations: list[AggregationConfig] = Field(default_factory=list)
     completeness: CompletenessConfig = CompletenessConfig()
     archiver: ArchiverFunctionSettings = ArchiverFunctionSettings()
+    dedupe: DedupeConfig | None = None  # rabbitmq: how redeliveries are told apart (default: message_id, 24h)
+
+    @model_validator(mode="after")
+    def _dedupe_for_rabbitmq(self) -> StreamConfig:
+        if self.dedupe is not None and self.source.kind != "rabbitmq":
+            raise ValueError("dedupe is for RabbitMQ sources (a Kafka or Kinesis position already tells a redelivery)")
+        return self
+
+    @property
+    def dedupe_settings(self) -> DedupeConfig:
+        """``dedupe``, or its defaults (message_id, 24h)."""
+        return self.dedupe if self.dedupe is not None else DedupeConfig()
 
     @model_validator(mode="after")
     def _json_needs_json(self) -> StreamConfig:
@@ -814,7 +907,7 @@ class TidemarkConfig(_Model):
     @model_validator(mode="after")
     def _unique(self) -> TidemarkConfig:
         names = [stream.name for stream in self.streams]
-        topics = [(stream.source.shape.kind, stream.source.topic) for stream in self.streams]
+        topics = [(stream.source.shape.kind, stream.source.match_name) for stream in self.streams]
         if len(set(names)) != len(names):
             raise ValueError(f"stream names must be unique, got {names}")
         if len(set(topics)) != len(topics):
@@ -871,8 +964,9 @@ class TidemarkConfig(_Model):
         raise KeyError(name)
 
     def stream_for_topic(self, topic: str, kind: str = "kafka") -> StreamConfig | None:
-        """The stream that archives ``topic`` (a Kinesis stream's name, with ``kind='kinesis'``)."""
+        """The stream that archives ``topic`` (a Kinesis stream's name, with ``kind='kinesis'``; a
+        RabbitMQ ``<queue>::<virtual host>`` with ``kind='rabbitmq'``)."""
         for stream in self.streams:
-            if stream.source.topic == topic and stream.source.shape.kind == kind:
+            if stream.source.match_name == topic and stream.source.shape.kind == kind:
                 return stream
         return None

@@ -22,12 +22,14 @@ from tidemark.embedded.lambda_runtime import HandlerRef, patched_environ
 from tidemark.exceptions import MalformedEventError
 from tidemark.records.events import parse_event
 from tidemark.records.kinesis import is_kinesis_event
+from tidemark.records.rabbitmq import is_rabbitmq_event
 from tidemark.runtime import Runtime
 
 #: the example configurations (relative to the working directory, like the CLI's paths): the
 #: MSK stream's, and the Kinesis stream's that ``events/kinesis-orders.json`` names
 KAFKA_CONFIG = Path("config/tidemark.yaml")
 KINESIS_CONFIG = Path("config/kinesis.yaml")
+RABBITMQ_CONFIG = Path("config/rabbitmq.yaml")
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,8 @@ def read_event(path: Path) -> Any:
 def default_config(event: Any) -> Path:
     """The example config matching the event: a Kinesis event's stream is not in the MSK one, and
     the archiver refuses records of a stream no config names."""
+    if is_rabbitmq_event(event):
+        return RABBITMQ_CONFIG
     return KINESIS_CONFIG if is_kinesis_event(event) else KAFKA_CONFIG
 
 

@@ -139,6 +139,12 @@ class SegmentStore:
             raise UnsafePathError(f"{path} escapes the staging root {self.root}")
         return path
 
+    def dedupe_path(self, stream: str, partition: PartitionId) -> Path:
+        """The partition's dedupe index (a source without offsets: ``tidemark.dedupe``), beside the
+        partition directories and never in one: those are removed when empty, the index must stay."""
+        directory = self.partition_dir(stream, partition)  # validates both
+        return directory.parent / "dedupe" / f"{directory.name}.sqlite"
+
     def write(
         self,
         stream: str,

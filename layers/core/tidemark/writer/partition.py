@@ -3,7 +3,9 @@
 One run (``write`` for a batch, ``maintain`` with no records) always goes through the same
 steps, each a method below; DESIGN.md has the protocol as pseudo-code with its crash points::
 
-    recover   finish every SEALED flush left behind, delete garbage segments
+    recover   finish every SEALED flush left behind, delete garbage segments; a source without
+              offsets (RabbitMQ): index the ids of accepted positions the dedupe index lacks
+    number    a source without offsets: drop ids accepted within the window, number the rest
     stage     dedupe -> route -> write segments -> ledger accept (fenced by version)
     rotate    seal the OPEN buffers a rotation rule fires for
     flush     for each SEALED flush: render+upload -> ledger commit -> delete its segments
@@ -27,6 +29,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from tidemark.buffers import RAW_KIND, BufferKey
 from tidemark.clock import Clock
+from tidemark.dedupe import DedupeIndex, digest
 from tidemark.exceptions import (
     CorruptSegmentError,
     DoubleCommitError,
@@ -100,6 +103,7 @@ class PartitionWriter:
         crash_points: CrashPoints | None = None,
         state_cache: dict[tuple[str, PartitionId], PartitionState] | None = None,
         gc_times: dict[tuple[str, PartitionId], int] | None = None,
+        dedupe: DedupeIndex | None = None,
     ) -> None:
         self.stream = stream
         self.partition = partition
@@ -124,6 +128,10 @@ class PartitionWriter:
         self._buffer_extra = (
             max(len(stream.spec), len(stream.errors_spec)) + stream.config.partition_by.max_folders_length
         )
+        # A source without offsets (RabbitMQ): the ids it has accepted, and the digests of the
+        # positions this run numbered (indexed without reading their segments back).
+        self._dedupe = dedupe
+        self._numbered: dict[int, bytes] = {}
 
     # -- the run ------------------------------------------------------------------------------
 
@@ -139,6 +147,8 @@ class PartitionWriter:
         outcome = BatchOutcome(records_in=len(records))
         state = self.recover(outcome, fresh=fresh)
         version = state.version
+        if self._dedupe is not None and records:
+            records = self.number(records, state)
         state = self.stage(records, state, outcome, source=source)
         if state.version != version and self._gc_due():  # just written: the stored state right now
             self.collect_garbage(state, outcome)
@@ -162,6 +172,11 @@ class PartitionWriter:
         One fenced ledger write seals every OPEN buffer under the ending epoch's keys and moves
         the partition to the new epoch; the sealed flushes are uploaded by the next archiver run
         or sweep, which can read the staging mount."""
+        if self._dedupe is not None:
+            raise InvalidTransitionError(
+                f"{self.stream.name}: a queue's positions are the archive's own numbers, they never go back: "
+                "epochs are for sources whose positions can (a recreated Kafka topic)"
+            )
         for _attempt in range(self.stream.archive.max_accept_attempts):
             state = self._load()
             now, ending = self._clock.now_ms(), state.epoch
@@ -223,7 +238,71 @@ class PartitionWriter:
             state = self.flush(state, outcome, resumed=True)
         if cached is None:
             self.collect_garbage(state, outcome)
+        if self._dedupe is not None:
+            self._catch_up(state)
         return state
+
+    # -- number (a source without offsets) ------------------------------------------------------
+
+    def number(self, records: Sequence[Record], state: PartitionState) -> list[Record]:
+        """Drop the messages whose id the partition accepted within the dedupe window, and repeats
+        of an id within the batch (the first stays), and number the rest ``staged_offset + 1``
+        on, in delivery order. ``state`` must be indexed (``recover``): should another writer have
+        accepted meanwhile, the accept conflicts and the batch is refused, never renumbered."""
+        assert self._dedupe is not None
+        rule = self.stream.config.dedupe_settings
+        digests = [digest(record, rule.id) for record in records]
+        seen = self._dedupe.seen(digests, self._clock.now_ms() - rule.window_ms)
+        numbered: list[Record] = []
+        self._numbered = {}
+        position = state.staged_offset + 1
+        for record, key in zip(records, digests, strict=True):
+            if key in seen:
+                continue
+            seen.add(key)
+            numbered.append(record._replace(offset=position))
+            self._numbered[position] = key
+            position += 1
+        return numbered
+
+    def _catch_up(self, state: PartitionState) -> None:
+        """Index the ids of accepted positions the index lacks (a crash between an accept and its
+        indexing, or another writer's accept): before anything is deduplicated against the index
+        or flushed, so every accepted id is indexed while its segment is still staged. Positions
+        this run numbered are indexed from their digests; any other from the staged segments."""
+        assert self._dedupe is not None
+        through = self._dedupe.indexed_through()
+        if through >= state.staged_offset:
+            return
+        rule = self.stream.config.dedupe_settings
+        wanted = range(through + 1, state.staged_offset + 1)
+        if all(position in self._numbered for position in wanted):
+            entries = [(self._numbered[position], position) for position in wanted]
+        else:
+            entries = []
+            for segment in state.staged_segments():
+                if segment.last <= through:
+                    continue
+                try:
+                    frames = self._staging.read(self.stream.name, self.partition, segment)
+                except CorruptSegmentError as exc:  # its flush is quarantined; its ids cannot be indexed
+                    logger.error("dedupe: an accepted segment cannot be read", extra={**self._log, "error": str(exc)})
+                    continue
+                entries += [(digest(frame, rule.id), frame.offset) for frame in frames if frame.offset > through]
+            missing = len(wanted) - len({position for _digest, position in entries})
+            if missing:
+                logger.warning(
+                    "dedupe: accepted positions no longer staged were not indexed; their ids may be archived again",
+                    extra={**self._log, "positions": missing, "indexed_through": through},
+                )
+        now = self._clock.now_ms()
+        self._dedupe.record(
+            entries,
+            state.staged_offset,
+            now,
+            expired_before_ms=now - rule.window_ms,
+            prune_limit=2 * len(entries) + 100,
+        )
 
     def collect_garbage(self, state: PartitionState, outcome: BatchOutcome) -> None:
         """Delete segments the ledger does not reference and never will.
@@ -323,6 +402,17 @@ class PartitionWriter:
                 state = self._remember(self._ledger.save(accepted, state, prepared))
             except LedgerConflictError as conflict:
                 winner = self._winner(conflict)
+                if (
+                    self._dedupe is not None
+                    and winner.staged_offset != state.staged_offset
+                    and not self._landed(written, winner)
+                ):
+                    for _key, ref in written:
+                        self._staging.delete(self.stream.name, self.partition, ref.name)
+                    raise StagingConflictError(
+                        f"{self.stream.name}/{self.partition}: another writer accepted messages meanwhile; this "
+                        "batch was numbered after an older position and is refused (the broker redelivers it)"
+                    ) from None
                 if not self._landed(written, winner):
                     outcome.conflicts += 1
                     logger.warning(
@@ -342,6 +432,8 @@ class PartitionWriter:
                 logger.info("accept landed on a retried request", extra=self._log)
                 state = winner
             self._crash.hit(AFTER_ACCEPT)
+            if self._dedupe is not None:
+                self._catch_up(state)
             outcome.staged += len(chunk)
             outcome.bytes_staged += sum(ref.size for _key, ref in written)
             outcome.segments_written += len(written)

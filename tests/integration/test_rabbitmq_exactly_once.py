@@ -1,0 +1,169 @@
+"""Fault injection for a RabbitMQ stream: a queue has no offsets, so exactly once rests on the
+dedupe index and the ledger numbering what it accepts (DESIGN.md, "RabbitMQ"). Every crash
+point, redeliveries in other batches and another order, lost acks, publisher retries and
+repeated ids in one batch: checked from S3 against the ids that were published."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from tests.support.harness import RunOtherAt, small_config_data, staged_files
+from tests.support.queue_model import BROKER_ARN, QueueModel, publish_orders, rabbitmq_source
+from tidemark.archiver import Archiver
+from tidemark.config import parse_config
+from tidemark.exceptions import StagingConflictError
+from tidemark.faults import (
+    AFTER_ACCEPT,
+    AFTER_SEGMENT_WRITE,
+    ALL_CRASH_POINTS,
+    BEFORE_SEGMENT_WRITE,
+    DURING_SEGMENT_WRITE,
+    CrashAt,
+)
+from tidemark.records.rabbitmq_esm import build_rabbitmq_event
+from tidemark.verify import verify_messages
+
+
+def queue_config(**stream):
+    data = small_config_data(max_records=40)
+    data["streams"][0].update(source=rabbitmq_source(), **stream)
+    return parse_config(data)
+
+
+def finish(archive, config, model: QueueModel, size: int) -> None:
+    model.drain(size)
+    archive.clock.advance(minutes=31)
+    archive.runtime(config).writer(config.streams[0], 0).maintain()
+
+
+def assert_exactly_once(archive, config, published) -> None:
+    report = verify_messages(archive.s3, archive.bucket, "orders", published.expected, config=config.streams[0])
+    assert (report.lost, report.duplicated, report.unexpected, report.misfiled, report.corrupted) == (
+        [],
+        [],
+        [],
+        [],
+        [],
+    ), report.summary()
+    assert report.archived + report.dead_lettered == report.produced == len(published.expected)
+    assert staged_files(archive) == set()
+
+
+@pytest.mark.parametrize("point", ALL_CRASH_POINTS)
+def test_crash_at_each_point_then_redelivery_is_exactly_once(archive, point):
+    config = queue_config()
+    published = publish_orders(220, seed=hash(point) % 1000)
+    model = QueueModel(published.messages, lambda crash: archive.runtime(config, crash))
+    injector = CrashAt(point)
+    while model.ready and not injector.fired:
+        model.deliver(37, injector)
+    assert injector.fired, f"crash point {point} was never reached"
+    finish(archive, config, model, 23)  # redelivered in other batches, in another order
+    assert_exactly_once(archive, config, published)
+    reasons = verify_messages(archive.s3, archive.bucket, "orders", published.expected, config=config.streams[0])
+    assert set(reasons.dead_letter_reasons) <= {"missing_message_id", "invalid_value_encoding"}
+
+
+def test_lost_acks_and_publisher_retries_archive_each_id_once(archive):
+    config = queue_config()
+    published = publish_orders(300, seed=11, repeats=0.2)
+    model = QueueModel(published.messages, lambda crash: archive.runtime(config, crash))
+    for turn in range(6):  # every other invocation's ack is lost: its messages come again
+        model.deliver(29 + turn, lose_ack=turn % 2 == 0)
+    finish(archive, config, model, 41)
+    assert len(published.messages) > len(published.expected)  # retries were published
+    assert_exactly_once(archive, config, published)
+
+
+def test_repeated_ids_in_one_batch_are_archived_once(archive):
+    config = queue_config()
+    published = publish_orders(60, seed=5, repeats=1.0, no_id=0, bad=0)  # every message twice, back to back
+    model = QueueModel(published.messages, lambda crash: archive.runtime(config, crash))
+    runtime = archive.runtime(config)
+    from tidemark.archiver import Archiver
+    from tidemark.records.rabbitmq_esm import build_rabbitmq_event
+
+    outcomes = Archiver(runtime).handle(
+        build_rabbitmq_event(published.messages, broker_arn=rabbitmq_source()["broker_arn"], queue="orders")
+    )  # type: ignore[arg-type]
+    assert (outcomes["orders"].staged, outcomes["orders"].duplicates) == (60, 60)
+    model.ready.clear()
+    finish(archive, config, model, 50)
+    assert_exactly_once(archive, config, published)
+
+
+def test_a_crash_between_accept_and_indexing_is_caught_up_from_staging(archive):
+    """The accepted batch is not in the index yet: the next run indexes it from its staged
+    segments before it dedupes, so the redelivered batch is dropped whole."""
+    config = queue_config()
+    published = publish_orders(40, seed=9, no_id=0, bad=0, repeats=0)
+    model = QueueModel(published.messages, lambda crash: archive.runtime(config, crash))
+    assert not model.deliver(40, CrashAt(AFTER_ACCEPT))
+    index = archive.staging_root / "orders" / "dedupe" / "p0.sqlite"
+    with sqlite3.connect(index) as db:
+        assert db.execute("SELECT count(*) FROM ids").fetchone()[0] == 0  # accepted, not indexed
+    assert model.deliver(40)  # the redelivery
+    with sqlite3.connect(index) as db:
+        assert db.execute("SELECT count(*) FROM ids").fetchone()[0] == 40
+    finish(archive, config, model, 40)
+    assert_exactly_once(archive, config, published)
+
+
+def test_the_index_keeps_the_window_and_no_more(archive):
+    """Entries older than the window are pruned a batch at a time; a duplicate older than the
+    window is archived again -- the guarantee's stated limit."""
+    config = queue_config(dedupe={"id": "message_id", "window": "1m"})
+    published = publish_orders(30, seed=4, no_id=0, bad=0, repeats=0)
+    runtime = archive.runtime(config)
+    model = QueueModel(published.messages, lambda crash: runtime)
+    model.drain(10)
+    archive.clock.advance(minutes=2)
+    model.ready.extend(published.messages[:5])  # redelivered after the window
+    model.drain(10)
+    index = archive.staging_root / "orders" / "dedupe" / "p0.sqlite"
+    with sqlite3.connect(index) as db:
+        rows = db.execute("SELECT count(*) FROM ids").fetchone()[0]
+    assert rows == 5  # the 30 old entries pruned, the 5 re-accepted kept
+    archive.clock.advance(minutes=31)
+    runtime.writer(config.streams[0], 0).maintain()
+    report = verify_messages(archive.s3, archive.bucket, "orders", published.expected, config=config.streams[0])
+    assert len(report.duplicated) == 5 and not report.lost
+
+
+@pytest.mark.parametrize("point", ALL_CRASH_POINTS)
+def test_an_invocation_inside_another_never_duplicates_nor_loses(archive, point):
+    """A timed-out invocation A still runs when B starts (the mapping redelivered A's messages
+    and more): when A reaches ``point``, B runs whole, then A carries on. Numbered against a
+    state B moved, A's accept is refused and its messages come again; accepted and not yet
+    indexed, B indexes them from staging before it dedupes."""
+    config = queue_config()
+    published = publish_orders(160, seed=13, no_id=0, bad=0, repeats=0)
+    messages = published.messages
+    model = QueueModel([], lambda crash: archive.runtime(config, crash))
+
+    def handle(runtime, batch) -> None:
+        Archiver(runtime).handle(build_rabbitmq_event(batch, broker_arn=BROKER_ARN, queue="orders"))
+
+    hook = RunOtherAt(point, lambda: handle(archive.runtime(config), messages[10:90]))
+    handle(archive.runtime(config), messages[0:10])
+    refused = False
+    try:
+        handle(archive.runtime(config, hook), messages[0:60])
+    except StagingConflictError:
+        refused = True
+        model.ready.extend(messages[0:60])  # refused: the broker redelivers them
+    assert hook.fired
+    assert refused == (point in (BEFORE_SEGMENT_WRITE, DURING_SEGMENT_WRITE, AFTER_SEGMENT_WRITE))  # before A's accept
+    model.ready.extend(messages[60:160])
+    finish(archive, config, model, 33)
+    assert_exactly_once(archive, config, published)
+
+
+def test_epochs_do_not_apply_to_a_queue(archive):
+    from tidemark.exceptions import InvalidTransitionError
+
+    config = queue_config()
+    with pytest.raises(InvalidTransitionError, match="a queue's positions are the archive's own numbers"):
+        archive.runtime(config).writer(config.streams[0], 0).start_epoch(0, reason="mistake")
