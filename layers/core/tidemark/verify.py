@@ -10,7 +10,7 @@ import base64
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
@@ -98,6 +98,17 @@ class VerificationReport:
     @property
     def ok(self) -> bool:
         return not (self.lost or self.duplicated or self.unexpected or self.misfiled or self.corrupted)
+
+    def count(self, record: ArchivedRecord) -> None:
+        """Count a record found in the archive (every copy: a duplicate counts again)."""
+        if record.dead_letter:
+            self.dead_lettered += 1
+            self.dead_lettered_by_partition[record.partition] += 1
+            self.dead_letter_reasons[record.error.split(":", 1)[0]] += 1
+        else:
+            self.archived += 1
+            self.archived_by_partition[record.partition] += 1
+            self.records_per_hour[record.folder] += 1
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -268,37 +279,61 @@ def verify_archive(
     for record in archived:
         ident = identity(record.partition, record.offset, record.epoch)
         seen[ident] += 1
-        if record.dead_letter:
-            report.dead_lettered += 1
-            report.dead_lettered_by_partition[record.partition] += 1
-            report.dead_letter_reasons[record.error.split(":", 1)[0]] += 1
-        else:
-            report.archived += 1
-            report.archived_by_partition[record.partition] += 1
-            report.records_per_hour[record.folder] += 1
+        report.count(record)
         want = wanted.get(ident)
-        if want is None:
-            report.unexpected.append(ident)
-            continue
-        if seen[ident] == 2:
-            report.duplicated.append(ident)
-        intact = want.meta is None or _same_meta(record, want.meta)
-        if want.hour is None:
-            if not record.dead_letter:
-                report.misfiled.append((*ident, record.key))
-            elif record.value != want.value:
-                intact = False
-        else:
-            misfiled = record.dead_letter or record.folder != hour_path(want.hour)
-            expected_folders = folders_of(want) if folders_of is not None else None
-            if misfiled or (expected_folders is not None and record.folders != expected_folders):
-                report.misfiled.append((*ident, record.key))
-            else:
-                intact = intact and _same_value(record, want.value, value_encoding)
-        if not intact:
-            report.corrupted.append(ident)
+        folders = None
+        if want is not None and want.hour is not None and folders_of is not None:  # dead letters have none
+            folders = folders_of(want)
+        _judge(report, record, ident, want, seen[ident], value_encoding, folders)
     report.lost = sorted(ident for ident in wanted if ident not in seen)
     return report
+
+
+class _Expected(Protocol):
+    """What a checker knows a record must be (``ExpectedRecord``, ``ExpectedMessage``)."""
+
+    @property
+    def value(self) -> bytes: ...
+
+    @property
+    def hour(self) -> str | None: ...
+
+    @property
+    def meta(self) -> RecordMeta | None: ...
+
+
+def _judge(
+    report: VerificationReport,
+    record: ArchivedRecord,
+    label: Identity,
+    want: _Expected | None,
+    copies: int,
+    encoding: str,
+    folders: str | None = None,
+) -> None:
+    """File one archived record (the ``copies``-th found of its identity) against what it must be:
+    unexpected, duplicated, misfiled (wrong hour, prefix or ``folders``) or corrupted."""
+    if want is None:
+        report.unexpected.append(label)
+        return
+    if copies == 2:
+        report.duplicated.append(label)
+    intact = want.meta is None or _same_meta(record, want.meta)
+    if want.hour is None:
+        if not record.dead_letter:
+            report.misfiled.append((*label, record.key))
+        elif record.value != want.value:
+            intact = False
+    elif (
+        record.dead_letter
+        or record.folder != hour_path(want.hour)
+        or (folders is not None and record.folders != folders)
+    ):
+        report.misfiled.append((*label, record.key))
+    else:
+        intact = intact and _same_value(record, want.value, encoding)
+    if not intact:
+        report.corrupted.append(label)
 
 
 def _same_meta(record: ArchivedRecord, meta: RecordMeta) -> bool:
@@ -446,34 +481,9 @@ def verify_messages(
         shaped = Record("", record.partition, record.offset, 0, record.value, record.meta.key, record.meta.headers)
         found = message_id(shaped, rule)
         ident = found if found is not None and rule != CONTENT_SHA256 else digest(shaped, rule)
-        label: Identity = (ident.decode("utf-8", "replace"),)
         seen[ident] += 1
-        if record.dead_letter:
-            report.dead_lettered += 1
-            report.dead_lettered_by_partition[record.partition] += 1
-            report.dead_letter_reasons[record.error.split(":", 1)[0]] += 1
-        else:
-            report.archived += 1
-            report.archived_by_partition[record.partition] += 1
-            report.records_per_hour[record.folder] += 1
-        want = wanted.get(ident)
-        if want is None:
-            report.unexpected.append(label)
-            continue
-        if seen[ident] == 2:
-            report.duplicated.append(label)
-        intact = want.meta is None or _same_meta(record, want.meta)
-        if want.hour is None:
-            if not record.dead_letter:
-                report.misfiled.append((*label, record.key))
-            elif record.value != want.value:
-                intact = False
-        elif record.dead_letter or record.folder != hour_path(want.hour):
-            report.misfiled.append((*label, record.key))
-        else:
-            intact = intact and _same_value(record, want.value, encoding)
-        if not intact:
-            report.corrupted.append(label)
+        report.count(record)
+        _judge(report, record, (ident.decode("utf-8", "replace"),), wanted.get(ident), seen[ident], encoding)
     report.lost = sorted((ident.decode("utf-8", "replace"),) for ident in wanted if ident not in seen)
     for partition, found_positions in positions.items():
         if sorted(found_positions) != list(range(len(found_positions))):
