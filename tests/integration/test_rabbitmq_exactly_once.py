@@ -13,14 +13,19 @@ from tests.support.harness import RunOtherAt, small_config_data, staged_files
 from tests.support.queue_model import BROKER_ARN, QueueModel, publish_orders, rabbitmq_source
 from tidemark.archiver import Archiver
 from tidemark.config import parse_config
+from tidemark.dedupe import SqliteDedupeIndex
 from tidemark.exceptions import StagingConflictError
 from tidemark.faults import (
     AFTER_ACCEPT,
+    AFTER_COMMIT,
+    AFTER_SEAL,
     AFTER_SEGMENT_WRITE,
+    AFTER_UPLOAD,
     ALL_CRASH_POINTS,
     BEFORE_SEGMENT_WRITE,
     DURING_SEGMENT_WRITE,
     CrashAt,
+    SimulatedCrash,
 )
 from tidemark.records.rabbitmq_esm import build_rabbitmq_event
 from tidemark.verify import verify_messages
@@ -167,3 +172,66 @@ def test_epochs_do_not_apply_to_a_queue(archive):
     config = queue_config()
     with pytest.raises(InvalidTransitionError, match="a queue's positions are the archive's own numbers"):
         archive.runtime(config).writer(config.streams[0], 0).start_epoch(0, reason="mistake")
+
+
+@pytest.mark.parametrize("point", [AFTER_SEAL, AFTER_UPLOAD, AFTER_COMMIT])
+@pytest.mark.parametrize("b_crashes", [False, True])
+def test_a_writer_between_the_chunks_of_a_batch_makes_it_refused_never_lost(archive, point, b_crashes):
+    """A's batch spans three hours with one open buffer allowed, so it is accepted a chunk at a
+    time with a seal and a flush in between; at ``point`` between chunks B runs (and may crash
+    after its accept). A's remaining numbers are stale: A is refused at its next turn, the
+    broker redelivers its messages, and what A had accepted is dropped as already archived."""
+    data = small_config_data(max_records=1000, max_open_buffers=1, max_segments=100)
+    data["streams"][0].update(source=rabbitmq_source())
+    config = parse_config(data)
+    published = publish_orders(80, seed=13, no_id=0, bad=0, repeats=0, hours=3)
+    messages = published.messages
+    model = QueueModel([], lambda crash: archive.runtime(config, crash))
+
+    def handle(runtime, batch) -> None:
+        Archiver(runtime).handle(build_rabbitmq_event(batch, broker_arn=BROKER_ARN, queue="orders"))
+
+    def b() -> None:
+        try:
+            handle(archive.runtime(config, CrashAt(AFTER_ACCEPT) if b_crashes else None), messages[60:80])
+        except SimulatedCrash:
+            model.ready.extend(messages[60:80])  # B's batch comes again
+
+    hook = RunOtherAt(point, b)
+    with pytest.raises(StagingConflictError, match="numbered after an older position"):
+        handle(archive.runtime(config, hook), messages[0:60])
+    assert hook.fired
+    model.ready.extendleft(reversed(messages[0:60]))  # A's batch comes again
+    finish(archive, config, model, 25)
+    assert_exactly_once(archive, config, published)
+
+
+def test_an_index_ahead_of_the_ledger_still_indexes_what_is_accepted(archive):
+    """A restored or recreated ledger restarts the positions below the index's: what is accepted
+    from then on is still indexed (and the anomaly logged), so redeliveries are dropped."""
+    config = queue_config()
+    index = archive.staging_root / "orders" / "dedupe" / "p0.sqlite"
+    ahead = SqliteDedupeIndex(index)
+    ahead.record([], 1000, 0, expired_before_ms=0, prune_limit=0)
+    ahead.close()
+    published = publish_orders(30, seed=4, no_id=0, bad=0, repeats=0)
+    model = QueueModel(published.messages, lambda crash: archive.runtime(config, crash))
+    model.deliver(30, lose_ack=True)  # accepted, the ack lost: all of it comes again
+    finish(archive, config, model, 30)
+    with sqlite3.connect(index) as db:
+        assert db.execute("SELECT count(*) FROM ids").fetchone()[0] == 30
+    assert_exactly_once(archive, config, published)
+
+
+def test_a_replaced_broker_does_not_stop_the_queue(archive):
+    """The broker (or its id) changes under the same queue: the positions are the ledger's own,
+    so nothing about them changed and archiving goes on."""
+    config = queue_config()
+    published = publish_orders(40, seed=6, no_id=0, bad=0, repeats=0)
+    runtime = archive.runtime(config)
+    other = BROKER_ARN.replace("b-1234a5b6", "b-99999999")
+    Archiver(runtime).handle(build_rabbitmq_event(published.messages[:20], broker_arn=BROKER_ARN, queue="orders"))
+    Archiver(runtime).handle(build_rabbitmq_event(published.messages[20:], broker_arn=other, queue="orders"))
+    model = QueueModel([], lambda crash: runtime)
+    finish(archive, config, model, 20)
+    assert_exactly_once(archive, config, published)

@@ -34,7 +34,7 @@ MSK_CLUSTER_ARN = r"^arn:aws[a-z-]*:kafka:[a-z0-9-]+:\d{12}:cluster/[A-Za-z0-9-]
 #: an Amazon MQ broker's ARN (arn:aws:mq:<region>:<account>:broker:<name>:<id>)
 MQ_BROKER_ARN = r"^arn:aws[a-z-]*:mq:[a-z0-9-]+:\d{12}:broker:[A-Za-z0-9_-]{1,50}:b-[0-9a-z-]{1,64}$"
 #: a RabbitMQ virtual host: the broker's rule is any string; these are the ones an ESM names safely
-VIRTUAL_HOST = r"^/?[A-Za-z0-9._/-]{0,255}$"
+VIRTUAL_HOST = r"^(/|[A-Za-z0-9._-][A-Za-z0-9._/-]{0,254})$"
 GLUE_REGISTRY_ARN = r"^arn:aws[a-z-]*:glue:[a-z0-9-]+:\d{12}:registry/[A-Za-z0-9_$#-]{1,255}$"
 SECRET_ARN = r"^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:[A-Za-z0-9/_+=.@-]{1,512}$"
 KMS_KEY_ARN = r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[A-Za-z0-9-]{1,64}$"

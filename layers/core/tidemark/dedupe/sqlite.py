@@ -17,6 +17,7 @@ Schema::
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -37,12 +38,17 @@ class SqliteDedupeIndex(DedupeIndex):
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._connection: sqlite3.Connection | None = None
+        # One connection per process, kept warm across invocations, which may run on any thread
+        # (the archiver's partition pool): it is used under this lock, never by two at once.
+        self._lock = threading.RLock()
 
     def _db(self) -> sqlite3.Connection:
         if self._connection is None:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                connection = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+                connection = sqlite3.connect(
+                    self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+                )
                 connection.execute("PRAGMA journal_mode=DELETE")
                 connection.execute("PRAGMA synchronous=FULL")
                 connection.executescript(_SCHEMA)
@@ -52,6 +58,10 @@ class SqliteDedupeIndex(DedupeIndex):
         return self._connection
 
     def _seen(self, digests: set[bytes], since_ms: int) -> set[bytes]:
+        with self._lock:
+            return self._seen_locked(digests, since_ms)
+
+    def _seen_locked(self, digests: set[bytes], since_ms: int) -> set[bytes]:
         wanted = sorted(digests)
         found: set[bytes] = set()
         try:
@@ -69,6 +79,12 @@ class SqliteDedupeIndex(DedupeIndex):
         return found
 
     def _record(
+        self, entries: Sequence[tuple[bytes, int]], through: int, now_ms: int, expired_before_ms: int, prune_limit: int
+    ) -> int:
+        with self._lock:
+            return self._record_locked(entries, through, now_ms, expired_before_ms, prune_limit)
+
+    def _record_locked(
         self, entries: Sequence[tuple[bytes, int]], through: int, now_ms: int, expired_before_ms: int, prune_limit: int
     ) -> int:
         try:
@@ -103,12 +119,14 @@ class SqliteDedupeIndex(DedupeIndex):
 
     def _indexed_through(self) -> int:
         try:
-            row = self._db().execute("SELECT value FROM meta WHERE name = 'indexed_through'").fetchone()
+            with self._lock:
+                row = self._db().execute("SELECT value FROM meta WHERE name = 'indexed_through'").fetchone()
         except sqlite3.Error as exc:
             raise DedupeIndexUnavailableError(f"dedupe index {self.path}: {exc}") from None
         return -1 if row is None else int(row[0])
 
     def close(self) -> None:
-        if self._connection is not None:
-            self._connection.close()
-            self._connection = None
+        with self._lock:
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None

@@ -131,7 +131,8 @@ class PartitionWriter:
         # A source without offsets (RabbitMQ): the ids it has accepted, and the digests of the
         # positions this run numbered (indexed without reading their segments back).
         self._dedupe = dedupe
-        self._numbered: dict[int, bytes] = {}
+        self._numbered: dict[int, bytes] = {}  # position -> digest, as number() numbered the batch
+        self._own: dict[int, bytes] = {}  # ... of the positions this run's accepts took
 
     # -- the run ------------------------------------------------------------------------------
 
@@ -147,8 +148,12 @@ class PartitionWriter:
         outcome = BatchOutcome(records_in=len(records))
         state = self.recover(outcome, fresh=fresh)
         version = state.version
-        if self._dedupe is not None and records:
-            records = self.number(records, state)
+        if self._dedupe is not None:
+            # A queue's positions are the ledger's own numbers: the broker (or virtual host) it
+            # came from says nothing about them, and a replaced broker must not stop the queue.
+            source = ""
+            if records:
+                records = self.number(records, state)
         state = self.stage(records, state, outcome, source=source)
         if state.version != version and self._gc_due():  # just written: the stored state right now
             self.collect_garbage(state, outcome)
@@ -269,27 +274,34 @@ class PartitionWriter:
         """Index the ids of accepted positions the index lacks (a crash between an accept and its
         indexing, or another writer's accept): before anything is deduplicated against the index
         or flushed, so every accepted id is indexed while its segment is still staged. Positions
-        this run numbered are indexed from their digests; any other from the staged segments."""
+        this run accepted are indexed from their digests, always; any other from the staged
+        segments."""
         assert self._dedupe is not None
         through = self._dedupe.indexed_through()
-        if through >= state.staged_offset:
+        if through > state.staged_offset:
+            logger.error(
+                "dedupe: the index is ahead of the ledger (a restored or recreated ledger?): ids it holds above "
+                "the ledger's position are taken as archived",
+                extra={**self._log, "indexed_through": through, "staged_offset": state.staged_offset},
+            )
+        own = [(key, position) for position, key in self._own.items()]
+        others = [position for position in range(through + 1, state.staged_offset + 1) if position not in self._own]
+        if not own and not others:
             return
         rule = self.stream.config.dedupe_settings
-        wanted = range(through + 1, state.staged_offset + 1)
-        if all(position in self._numbered for position in wanted):
-            entries = [(self._numbered[position], position) for position in wanted]
-        else:
-            entries = []
+        entries = own
+        if others:
+            unknown = set(others)
             for segment in state.staged_segments():
-                if segment.last <= through:
+                if segment.last < others[0]:
                     continue
                 try:
                     frames = self._staging.read(self.stream.name, self.partition, segment)
                 except CorruptSegmentError as exc:  # its flush is quarantined; its ids cannot be indexed
                     logger.error("dedupe: an accepted segment cannot be read", extra={**self._log, "error": str(exc)})
                     continue
-                entries += [(digest(frame, rule.id), frame.offset) for frame in frames if frame.offset > through]
-            missing = len(wanted) - len({position for _digest, position in entries})
+                entries += [(digest(frame, rule.id), frame.offset) for frame in frames if frame.offset in unknown]
+            missing = len(unknown) - len({position for _digest, position in entries} & unknown)
             if missing:
                 logger.warning(
                     "dedupe: accepted positions no longer staged were not indexed; their ids may be archived again",
@@ -303,6 +315,7 @@ class PartitionWriter:
             expired_before_ms=now - rule.window_ms,
             prune_limit=2 * len(entries) + 100,
         )
+        self._own.clear()  # indexed
 
     def collect_garbage(self, state: PartitionState, outcome: BatchOutcome) -> None:
         """Delete segments the ledger does not reference and never will.
@@ -353,7 +366,16 @@ class PartitionWriter:
         routed = list(zip(offsets, routes, strict=True))
         event_times = list(map(_EVENT_MS, routes))
         conflicts_left = self.stream.archive.max_accept_attempts
+        numbered_after = offsets[0] - 1 if offsets else state.staged_offset  # a queue: the base it was numbered on
         while True:
+            if self._dedupe is not None and offsets and state.staged_offset != numbered_after:
+                # Another writer accepted since these messages were numbered (seen after a reload:
+                # a rotation, making room, a flush between chunks). Numbers at or below its
+                # position would be taken for ours and dropped: refuse, the broker redelivers.
+                raise StagingConflictError(
+                    f"{self.stream.name}/{self.partition}: another writer accepted messages meanwhile; this "
+                    "batch was numbered after an older position and is refused (the broker redelivers it)"
+                )
             start = bisect_right(offsets, state.staged_offset)  # routed ascends: the rest is fresh
             fresh = routed[start:]
             if not fresh:
@@ -433,6 +455,8 @@ class PartitionWriter:
                 state = winner
             self._crash.hit(AFTER_ACCEPT)
             if self._dedupe is not None:
+                numbered_after = chunk[-1][0]
+                self._own.update((offset, self._numbered[offset]) for offset, _route in chunk)
                 self._catch_up(state)
             outcome.staged += len(chunk)
             outcome.bytes_staged += sum(ref.size for _key, ref in written)
