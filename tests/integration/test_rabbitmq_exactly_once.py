@@ -235,3 +235,21 @@ def test_a_replaced_broker_does_not_stop_the_queue(archive):
     model = QueueModel([], lambda crash: runtime)
     finish(archive, config, model, 20)
     assert_exactly_once(archive, config, published)
+
+
+def test_the_audit_proves_a_queue_archive_whole_and_rearchive_declines(archive):
+    """Positions tile 0..n-1 with no source to ask: the audit is clean. A queue cannot be read
+    again, so rearchive declines it."""
+    from tidemark.audit import Auditor
+    from tidemark.rearchive import Rearchiver
+    from tidemark.rearchive.exceptions import UnsupportedSourceError
+
+    config = queue_config()
+    published = publish_orders(120, seed=21)
+    model = QueueModel(published.messages, lambda crash: archive.runtime(config, crash))
+    finish(archive, config, model, 30)
+    runtime = archive.runtime(config)
+    report = Auditor(config, "orders", runtime.ledger, archive.s3, archive.bucket).run()
+    assert report.clean and report.records == len(published.expected), [f.line() for f in report.findings]
+    with pytest.raises(UnsupportedSourceError, match="rearchive reads Kafka"):
+        Rearchiver(runtime.writer(config.streams[0], 0), runtime.ledger, None).run(0, 10)  # type: ignore[arg-type]

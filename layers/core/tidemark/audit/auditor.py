@@ -314,9 +314,12 @@ class Auditor:
         summary.checked_through = through
         for first, last in _missing(held, through):
             if self._probe is None:
-                report.findings.append(
-                    Finding(GAP, partition, first, last, "", "no object holds these offsets (source not asked)", epoch)
+                why = (
+                    "no object holds these positions (a queue's are the ledger's own: records are missing)"
+                    if self.stream.source.shape.assigns_positions
+                    else "no object holds these offsets (source not asked)"
                 )
+                report.findings.append(Finding(GAP, partition, first, last, "", why, epoch))
                 continue
             present = self._probe.records_between(partition, first, last)
             if present is None:

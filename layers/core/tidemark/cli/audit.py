@@ -29,7 +29,9 @@ from tidemark.cli.target import (
     load_streams,
     resolve,
 )
+from tidemark.exceptions import ConfigError
 from tidemark.ledger.dynamodb import DynamoDBLedger
+from tidemark.sources import KAFKA
 
 
 def audit(
@@ -61,6 +63,8 @@ def audit(
         ledger = DynamoDBLedger(target.table, client=target.dynamodb())
         with ExitStack() as stack:
             probe = None
+            if bootstrap_servers and loaded.stream(stream).source.shape.kind != KAFKA:
+                raise ConfigError(f"--bootstrap-servers: stream {stream!r} does not read Kafka")
             if bootstrap_servers:
                 from tidemark.kafka_log import KafkaLog
 

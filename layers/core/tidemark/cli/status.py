@@ -26,7 +26,7 @@ from tidemark.cli.target import (
     resolve,
 )
 from tidemark.ledger.dynamodb import DynamoDBLedger
-from tidemark.sources import KINESIS
+from tidemark.sources import KAFKA
 from tidemark.status import DEFAULT_GRACE_MS, StreamStatus, stream_status
 
 
@@ -79,7 +79,7 @@ def status(
                 continue
             with ExitStack() as stack:
                 source = None
-                if bootstrap_servers and candidate.source.kind != KINESIS:
+                if bootstrap_servers and candidate.source.shape.kind == KAFKA:
                     from tidemark.kafka_log import KafkaLog
 
                     source = stack.enter_context(KafkaLog(bootstrap_servers, candidate.source.topic, settings=settings))

@@ -34,7 +34,7 @@ from tidemark.objects.keys import epoch_of_key
 from tidemark.rearchive.exceptions import RefetchMismatchError, UnsupportedSourceError
 from tidemark.rearchive.plan import describe, flushes_in_range
 from tidemark.rearchive.refetch import RecordSource, RefetchedFlush
-from tidemark.sources import KINESIS, PartitionId
+from tidemark.sources import KAFKA, PartitionId
 from tidemark.writer.partition import PartitionWriter
 
 __all__ = ["RearchiveReport", "RearchivedFlush", "Rearchiver", "RecordSource"]
@@ -83,9 +83,10 @@ class Rearchiver:
     def run(self, first: int, last: int) -> RearchiveReport:
         """Rearchive every quarantined flush of the writer's partition in offsets ``first..last``."""
         stream, partition = self._writer.stream, self._writer.partition
-        if stream.config.source.shape.kind == KINESIS:
+        if stream.config.source.shape.kind != KAFKA:
             raise UnsupportedSourceError(
-                f"{stream.name}: rearchive reads Kafka; a Kinesis shard's range cannot be read again by offset here"
+                f"{stream.name}: rearchive reads Kafka; a {stream.config.source.shape.kind} source's range cannot be "
+                "read again by position here"
             )
         if stream.config.source.schema_registry is not None:
             raise UnsupportedSourceError(
