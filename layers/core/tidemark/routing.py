@@ -36,7 +36,7 @@ from tidemark import jsonscan
 from tidemark.buffers import ERRORS_KIND, RAW_KIND, BufferKey
 from tidemark.clock import Clock
 from tidemark.config.model import StreamConfig
-from tidemark.dedupe.ids import CONTENT_SHA256, message_id
+from tidemark.dedupe.ids import CONTENT_SHA256, MESSAGE_ID, message_id
 from tidemark.eventtime import (
     MAX_MS,
     MIN_MS,
@@ -81,6 +81,7 @@ class Routed(NamedTuple):
 
 
 _FIELD_VALUE = attrgetter("value")  # of a jsonscan.field_decoder struct
+_KEY = attrgetter("key")  # of a Record
 _INT = frozenset({int})
 _archived = partial(tuple.__new__, Routed)  # Routed((buffer, "", event_ms, "")) without the Python-level __new__
 
@@ -131,8 +132,16 @@ class Router:
         # a source without offsets: a message must carry the id it is deduplicated by
         dedupe = stream.dedupe_settings.id if stream.source.shape.assigns_positions else None
         self._id_rule = dedupe if dedupe is not None and dedupe != CONTENT_SHA256 else None
-        if self._id_rule is not None:
-            self._batchable = False
+
+    def _some_lack_ids(self, records: Sequence[Record]) -> bool:
+        """A queue's records, some without the id they are deduplicated by: those are dead letters,
+        which only ``route`` decides (the common batch has every id: one C-level scan of the keys)."""
+        if self._id_rule is None:
+            return False
+        if self._id_rule == MESSAGE_ID:
+            return None in map(_KEY, records) or b"" in map(_KEY, records)
+        rule = self._id_rule
+        return any(message_id(record, rule) is None for record in records)
 
     def _key(self, kind: str, hour: str, folders: str = "") -> BufferKey:
         key = self._keys.get((kind, hour, folders))
@@ -187,7 +196,7 @@ class Router:
     def route_batch(self, records: Sequence[Record]) -> list[Routed]:
         """``[self.route(record) for record in records]``, computed column at a time where the
         stream allows (see the module docstring)."""
-        if not self._batchable or len(records) < 2:
+        if not self._batchable or len(records) < 2 or self._some_lack_ids(records):
             return [self.route(record) for record in records]
         _topics, _partitions, _offsets, timestamps, values, keys, headers, _schemas = zip(*records, strict=True)
         unsure = self._unsure_bytes(values, keys, headers)

@@ -25,6 +25,7 @@ from tidemark.dedupe.base import DedupeIndex
 from tidemark.dedupe.exceptions import DedupeIndexUnavailableError
 
 BUSY_TIMEOUT_S = 30.0
+CACHE_KIB = 16 * 1024  # pages kept between invocations of a warm container (SQLite's default: 2 MiB)
 _LOOKUP_CHUNK = 500  # digests per SELECT (SQLite allows 999 parameters by default)
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS ids (digest BLOB PRIMARY KEY, position INTEGER NOT NULL, accepted_ms INTEGER NOT NULL)
@@ -49,8 +50,11 @@ class SqliteDedupeIndex(DedupeIndex):
                 connection = sqlite3.connect(
                     self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
                 )
-                connection.execute("PRAGMA journal_mode=DELETE")
+                # PERSIST: the journal's header is zeroed at commit, not the file deleted (on NFS a
+                # delete and a create are round trips of their own); still a rollback journal.
+                connection.execute("PRAGMA journal_mode=PERSIST")
                 connection.execute("PRAGMA synchronous=FULL")
+                connection.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
                 connection.executescript(_SCHEMA)
             except (OSError, sqlite3.Error) as exc:
                 raise DedupeIndexUnavailableError(f"dedupe index {self.path}: {exc}") from None
@@ -97,7 +101,8 @@ class SqliteDedupeIndex(DedupeIndex):
                 db.executemany(
                     "INSERT INTO ids (digest, position, accepted_ms) VALUES (?, ?, ?) ON CONFLICT (digest) DO UPDATE "
                     "SET position = excluded.position, accepted_ms = excluded.accepted_ms WHERE accepted_ms < ?",
-                    [(digest, position, now_ms, expired_before_ms) for digest, position in entries],
+                    # in key order: neighbouring digests share B-tree pages
+                    [(digest, position, now_ms, expired_before_ms) for digest, position in sorted(entries)],
                 )
                 db.execute(
                     "INSERT INTO meta (name, value) VALUES ('indexed_through', ?) "
