@@ -74,8 +74,9 @@ integration: install rabbitmq
 e2e: install rabbitmq
 	$(PY) -m pytest tests/e2e $(PYTEST_ARGS)
 
-# The whole pipeline on this machine (broker or Kinesis on moto, local ESM, archiver):
-# `make demo ARGS=--chaos`, `make demo ARGS="--source kinesis --chaos"`.
+# The whole pipeline on this machine (a Kafka broker, Kinesis on moto or a RabbitMQ queue; the
+# local ESM; the archiver): `make demo ARGS=--chaos`, `make demo ARGS="--source kinesis --chaos"`,
+# `make demo ARGS="--source rabbitmq --chaos"`.
 demo: install rabbitmq
 	$(VENV)/bin/tidemark demo $(ARGS)
 

@@ -33,7 +33,7 @@ from tidemark.verify import verify_messages
 
 def queue_config(**stream):
     data = small_config_data(max_records=40)
-    data["streams"][0].update(source=rabbitmq_source(), **stream)
+    data["streams"][0].update(source=rabbitmq_source(), aggregations=[], **stream)
     return parse_config(data)
 
 
@@ -141,37 +141,27 @@ def test_the_index_keeps_the_window_and_no_more(archive):
 def test_an_invocation_inside_another_never_duplicates_nor_loses(archive, point):
     """A timed-out invocation A still runs when B starts (the mapping redelivered A's messages
     and more): when A reaches ``point``, B runs whole, then A carries on. Numbered against a
-    state B moved, A's accept is refused and its messages come again; accepted and not yet
-    indexed, B indexes them from staging before it dedupes."""
+    state B moved before A accepted anything, A renumbers from a fresh read (its messages B
+    archived are then duplicates); accepted and not yet indexed, B indexes A's from staging
+    before it dedupes."""
     config = queue_config()
     published = publish_orders(160, seed=13, no_id=0, bad=0, repeats=0)
     messages = published.messages
     model = QueueModel([], lambda crash: archive.runtime(config, crash))
 
-    def handle(runtime, batch) -> None:
-        Archiver(runtime).handle(build_rabbitmq_event(batch, broker_arn=BROKER_ARN, queue="orders"))
+    def handle(runtime, batch):
+        return Archiver(runtime).handle(build_rabbitmq_event(batch, broker_arn=BROKER_ARN, queue="orders"))
 
     hook = RunOtherAt(point, lambda: handle(archive.runtime(config), messages[10:90]))
     handle(archive.runtime(config), messages[0:10])
-    refused = False
-    try:
-        handle(archive.runtime(config, hook), messages[0:60])
-    except StagingConflictError:
-        refused = True
-        model.ready.extend(messages[0:60])  # refused: the broker redelivers them
+    outcome = handle(archive.runtime(config, hook), messages[0:60])["orders"]
     assert hook.fired
-    assert refused == (point in (BEFORE_SEGMENT_WRITE, DURING_SEGMENT_WRITE, AFTER_SEGMENT_WRITE))  # before A's accept
+    renumbered = point in (BEFORE_SEGMENT_WRITE, DURING_SEGMENT_WRITE, AFTER_SEGMENT_WRITE)  # before A's accept
+    assert outcome.conflicts >= renumbered  # the lost accept (later conflicts: B's seals and commits)
+    assert (outcome.staged, outcome.duplicates) == ((0, 60) if renumbered else (50, 10))
     model.ready.extend(messages[60:160])
     finish(archive, config, model, 33)
     assert_exactly_once(archive, config, published)
-
-
-def test_epochs_do_not_apply_to_a_queue(archive):
-    from tidemark.exceptions import InvalidTransitionError
-
-    config = queue_config()
-    with pytest.raises(InvalidTransitionError, match="a queue's positions are the archive's own numbers"):
-        archive.runtime(config).writer(config.streams[0], 0).start_epoch(0, reason="mistake")
 
 
 @pytest.mark.parametrize("point", [AFTER_SEAL, AFTER_UPLOAD, AFTER_COMMIT])
@@ -182,7 +172,7 @@ def test_a_writer_between_the_chunks_of_a_batch_makes_it_refused_never_lost(arch
     after its accept). A's remaining numbers are stale: A is refused at its next turn, the
     broker redelivers its messages, and what A had accepted is dropped as already archived."""
     data = small_config_data(max_records=1000, max_open_buffers=1, max_segments=100)
-    data["streams"][0].update(source=rabbitmq_source())
+    data["streams"][0].update(source=rabbitmq_source(), aggregations=[])
     config = parse_config(data)
     published = publish_orders(80, seed=13, no_id=0, bad=0, repeats=0, hours=3)
     messages = published.messages
@@ -253,3 +243,13 @@ def test_the_audit_proves_a_queue_archive_whole_and_rearchive_declines(archive):
     assert report.clean and report.records == len(published.expected), [f.line() for f in report.findings]
     with pytest.raises(UnsupportedSourceError, match="rearchive reads Kafka"):
         Rearchiver(runtime.writer(config.streams[0], 0), runtime.ledger, None).run(0, 10)  # type: ignore[arg-type]
+
+
+def test_a_batch_of_nothing_but_duplicates_reports_them(archive):
+    config = queue_config()
+    published = publish_orders(30, seed=2, no_id=0, bad=0, repeats=0)
+    runtime = archive.runtime(config)
+    event = build_rabbitmq_event(published.messages, broker_arn=BROKER_ARN, queue="orders")
+    first, again = (Archiver(runtime).handle(event)["orders"] for _ in range(2))
+    assert (first.staged, first.duplicates) == (30, 0)
+    assert (again.staged, again.duplicates) == (0, 30)  # DuplicatesDropped says what the redelivery was

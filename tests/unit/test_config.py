@@ -1088,6 +1088,8 @@ def test_rabbitmq_fields_are_refused_on_other_kinds_and_dedupe_with_them() -> No
         minimal(source={"cluster_arn": CLUSTER_ARN, "topic": "orders", "virtual_host": "/"})
     )
     assert "dedupe is for RabbitMQ sources" in config_error(minimal(dedupe={"id": "message_id"}))
+    aggregation = {"name": "n", "metrics": {"n": "count(*)"}}
+    assert "not yet a RabbitMQ queue's" in config_error(minimal(source=MQ_SOURCE, aggregations=[aggregation]))
     assert "must be between 1m and 14d" in config_error(minimal(source=MQ_SOURCE, dedupe={"window": "30s"}))
     assert "String should match pattern" in config_error(minimal(source=MQ_SOURCE, dedupe={"id": "key"}))
     header = parse_config(minimal(source=MQ_SOURCE, dedupe={"id": "header:x-id", "window": "1h"}))

@@ -98,6 +98,12 @@ class StagingConflictError(TidemarkError):
     """A batch could not be accepted after repeated conflicts; the batch fails and is redelivered."""
 
 
+class StaleNumberingError(StagingConflictError):
+    """A queue's batch was numbered after a position another writer has since moved (see
+    ``PartitionWriter.number``): renumbered from a fresh read if none of it was accepted yet,
+    else the batch fails and is redelivered."""
+
+
 class SourceUnavailableError(TidemarkError):
     """The source log cannot be asked (brokers unreachable, no client library)."""
 

@@ -14,7 +14,7 @@ from tidemark.cli.errors import EXIT_FAILED, one_line_errors
 from tidemark.cli.render import RichUI, render_result
 from tidemark.embedded.demo import Demo, DemoError, DemoOptions
 from tidemark.embedded.workload import WorkloadSpec
-from tidemark.sources import KAFKA, KINESIS
+from tidemark.sources import KAFKA, KINESIS, RABBITMQ
 
 DEFAULT_FLUSH_RECORDS = 2000
 
@@ -22,6 +22,7 @@ DEFAULT_FLUSH_RECORDS = 2000
 class Source(StrEnum):
     kafka = KAFKA
     kinesis = KINESIS
+    rabbitmq = RABBITMQ
 
 
 def demo(
@@ -29,8 +30,11 @@ def demo(
     source: Annotated[
         Source | None,
         typer.Option(
-            help="Where the orders come from: a Kafka topic (the embedded broker) or a Kinesis data stream "
-            "(on moto, with a shard split mid-run). Default: the --config stream's kind; kafka without --config.",
+            help="Where the orders come from: a Kafka topic (the embedded broker), a Kinesis data stream "
+            "(on moto, with a shard split mid-run) or a RabbitMQ queue (the installed rabbitmq-server on loopback, "
+            "archived through a local Amazon MQ mapping: acks after success, nack and requeue after a failure; "
+            "some messages published twice and a few without a message id; checked by message id). "
+            "Default: the --config stream's kind; kafka without --config.",
             show_default=False,
         ),
     ] = None,
@@ -58,7 +62,7 @@ def demo(
         typer.Option(
             "--chaos/--no-chaos",
             help="Kill handler processes at random crash points and lose some offset commits (Kinesis: "
-            "checkpoints); "
+            "checkpoints; RabbitMQ: acks, the connection closed so the broker requeues the batch); "
             "redelivery and recovery must still give exactly once.",
         ),
     ] = False,
@@ -70,7 +74,7 @@ def demo(
         typer.Option(
             min=0.0,
             max=1.0,
-            help="With --chaos: share of successful batches whose commit (Kinesis: checkpoint) is lost.",
+            help="With --chaos: share of successful batches whose commit (Kinesis: checkpoint, RabbitMQ: ack) is lost.",
         ),
     ] = 0.03,
     no_aggregate: Annotated[
@@ -84,7 +88,8 @@ def demo(
         bool,
         typer.Option(
             "--aggregate",
-            help="End with the PySpark aggregation job even for a Kinesis source, where it is skipped by default.",
+            help="End with the PySpark aggregation job even for a Kinesis source, where it is skipped by default "
+            "(not for RabbitMQ: the job does not read a queue's archive yet).",
         ),
     ] = False,
     recreate_topic: Annotated[
@@ -130,15 +135,18 @@ def demo(
     topic: Annotated[
         str | None,
         typer.Option(
-            help="Topic to produce to and archive (default: the stream's topic), or with Kinesis the stream's "
-            "name (replacing the one in source.stream_arn); must be empty."
+            help="Topic to produce to and archive (default: the stream's topic), with Kinesis the stream's "
+            "name (replacing the one in source.stream_arn), with RabbitMQ the queue; must be empty."
         ),
     ] = None,
     endpoint_url: Annotated[
         str | None, typer.Option(help="Use this S3/DynamoDB (and Kinesis) endpoint instead of starting moto.")
     ] = None,
     broker_port: Annotated[
-        int, typer.Option(min=0, max=65535, help="Kafka: embedded broker port; 0 picks a free one.")
+        int,
+        typer.Option(
+            min=0, max=65535, help="Kafka: embedded broker port, RabbitMQ: its AMQP port; 0 picks a free one."
+        ),
     ] = 0,
     moto_port: Annotated[int, typer.Option(min=0, max=65535, help="moto server port; 0 picks a free one.")] = 0,
     batch_size: Annotated[
@@ -159,7 +167,7 @@ def demo(
         Path | None,
         typer.Option(
             help="Stream configuration. Default: config/tidemark.yaml (Kafka), config/kinesis.yaml with "
-            "--source kinesis.",
+            "--source kinesis, config/rabbitmq.yaml with --source rabbitmq.",
             show_default=False,
         ),
     ] = None,
@@ -179,8 +187,9 @@ def demo(
     order workload (several event hours, late and malformed records), archives it through a
     local event source mapping and the real archiver handler, drains the buffers, then reads
     every object back from S3. With `--source kinesis` the orders go to a Kinesis data stream on
-    moto instead, one of whose shards is split mid-run. Exit code 0 on PASS, 1 on FAIL, 2 if the
-    demo could not run.
+    moto instead, one of whose shards is split mid-run; with `--source rabbitmq` to a RabbitMQ
+    queue (rabbitmq-server on loopback), archived through a local Amazon MQ event source mapping
+    and checked by message id. Exit code 0 on PASS, 1 on FAIL, 2 if the demo could not run.
     """
     console = Console()
     with one_line_errors():

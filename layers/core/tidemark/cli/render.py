@@ -55,9 +55,10 @@ def render_result(console: Console, result: DemoResult) -> None:
     check = data["verification"]
 
     kinesis = data.get("source") == "kinesis"
+    queue = data.get("queue")  # a RabbitMQ source
     partitions = _table(
-        "Produced vs archived (read back from S3)",
-        "shard" if kinesis else "partition",
+        "Produced vs archived (read back from S3)" + (", by message id" if queue is not None else ""),
+        "shard" if kinesis else "queue partition" if queue is not None else "partition",
         "produced",
         "archived",
         "dead-lettered",
@@ -84,9 +85,24 @@ def render_result(console: Console, result: DemoResult) -> None:
         f"delivery: {delivery['batches']} batches (largest {delivery['largest_batch']}), "
         f"{delivery['invocations']} invocations, {delivery['failed_invocations']} failed "
         f"({delivery['crashed_invocations']} killed), {delivery['rebalances']} "
-        f"{'shard restarts from a checkpoint' if kinesis else 'rebalances'}; "
+        f"{'shard restarts from a checkpoint' if kinesis else 'reconnects' if queue is not None else 'rebalances'}; "
         f"drain wrote {data['drained_objects']} objects"
     )
+    if queue is not None:
+        console.print(
+            f"queue {queue['queue']!r} on RabbitMQ {queue['broker']}: {queue['published']} messages published "
+            f"persistent with publisher confirms ({queue['orders']} orders; {queue['publisher_retries']} published "
+            f"twice, as a publisher's retry; {queue['without_message_id']} without a message id), "
+            f"{queue['distinct_messages']} distinct",
+            markup=False,
+        )
+        console.print(
+            f"acks: {queue['acked']} acked after a successful invocation, {queue['nacked']} nacked and requeued after "
+            f"a failed one, {queue['lost_acks']} lost (connection closed, the broker requeued); the broker redelivered "
+            f"{queue['redelivered']}; the archiver's dedupe index dropped {queue['duplicates_dropped']} (redeliveries "
+            f"and publisher retries, by {queue['dedupe_id']}); {queue['left_in_queue']} left in the queue",
+            markup=False,
+        )
     for error in delivery["function_errors"]:
         console.print(f"[yellow]function error seen:[/yellow] {error}")
     registry = data.get("schema_registry")
@@ -118,7 +134,7 @@ def render_result(console: Console, result: DemoResult) -> None:
         points = ", ".join(f"{point} x{count}" for point, count in chaos["crash_points"].items()) or "none"
         console.print(
             f"chaos: {chaos['crashes']} processes killed ({points}); {chaos['not_reached']} armed but finished; "
-            f"{chaos['lost_commits']} {'checkpoints' if kinesis else 'commits'} lost"
+            f"{chaos['lost_commits']} {'checkpoints' if kinesis else 'acks' if queue is not None else 'commits'} lost"
         )
     sweeper = data["sweeper"]
     completeness = sweeper["completeness"]

@@ -722,6 +722,8 @@ class StreamConfig(_Model):
     def _dedupe_for_rabbitmq(self) -> StreamConfig:
         if self.dedupe is not None and self.source.kind != "rabbitmq":
             raise ValueError("dedupe is for RabbitMQ sources (a Kafka or Kinesis position already tells a redelivery)")
+        if self.aggregations and self.source.kind == "rabbitmq":
+            raise ValueError("aggregations: the Spark job reads Kafka and Kinesis archives; not yet a RabbitMQ queue's")
         return self
 
     @property

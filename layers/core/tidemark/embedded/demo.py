@@ -2,16 +2,20 @@
 
     source: Kafka broker (Tansu, or --bootstrap-servers)   moto server (S3 + DynamoDB [+ Kinesis])
          or a Kinesis stream on moto (a shard split mid-run)         ▲          staging directory
+         or a RabbitMQ queue (rabbitmq-server on loopback)           │
         │ produce a workload                                         │
         ▼                                                            │
     local event source mapping ──invoke──▶ archiver handler (functions/archiver) ──▶ S3 + ledger
-        (chaos: children killed at crash points, lost commits / checkpoints)
+        (chaos: children killed at crash points, lost commits / checkpoints / acks)
     drain every open buffer ─▶ sweeper (functions/sweeper: sweep, reconcile, complete hours)
     ─▶ read the archive back from S3 ─▶ report, PASS/FAIL
 
 Every step runs the same code as production; only the AWS endpoints are local. This module is
 the script of the steps; what touches the source -- producing and the local mapping -- is a
-``SourceRunner`` per kind (``demo_kafka``, ``demo_kinesis``).
+``SourceRunner`` per kind (``demo_kafka``, ``demo_kinesis``, ``demo_rabbitmq``: ``RUNNERS``). The
+archive is read back by the checker of the source (``verify_feed``): a log's records by their
+positions, a queue's messages -- which the ledger numbers -- by their ids. The replay (and, by
+default, the Spark job) are Kafka's steps; the Spark job does not read a queue's archive yet.
 
 With ``--avro`` (Kafka) the orders are Avro values in Confluent's wire format, their schema in a
 local Confluent-compatible registry (``workload_avro``); the stream gets ``source.schema_registry``
@@ -27,9 +31,10 @@ import json
 import random
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import yaml
 from botocore.exceptions import BotoCoreError, ClientError
@@ -44,12 +49,14 @@ from tidemark.embedded.demo_common import (
     DemoError,
     DemoOptions,
     DemoUI,
+    Expected,
     FeedContext,
     QuietUI,
     SourceRunner,
 )
 from tidemark.embedded.demo_kafka import KafkaRunner
 from tidemark.embedded.demo_kinesis import KinesisRunner
+from tidemark.embedded.demo_rabbitmq import RabbitRunner
 from tidemark.embedded.demo_replay import run_replay
 from tidemark.embedded.esm.invokers import ChildInvoker, InProcessInvoker, Invoker
 from tidemark.embedded.esm.mapping import MappingStats
@@ -62,10 +69,12 @@ from tidemark.kafka_log import KafkaLog
 from tidemark.objects.keys import hour_of_key
 from tidemark.replay import UnreplayableFormatError
 from tidemark.runtime import Runtime
-from tidemark.sources import KAFKA, KINESIS, partition_sort_key
-from tidemark.verify import ExpectedRecord, VerificationReport, verify_archive
+from tidemark.sources import KAFKA, KINESIS, RABBITMQ, PartitionId
+from tidemark.verify import ExpectedMessage, ExpectedRecord, VerificationReport, verify_archive, verify_messages
 
-__all__ = ["Demo", "DemoError", "DemoOptions", "DemoResult", "DemoUI", "QuietUI", "demo_config"]
+__all__ = ["Demo", "DemoError", "DemoOptions", "DemoResult", "DemoUI", "QuietUI", "demo_config", "verify_feed"]
+
+_E = TypeVar("_E", ExpectedRecord, ExpectedMessage)
 
 
 @dataclass
@@ -73,8 +82,8 @@ class DemoResult:
     options: DemoOptions
     workdir: Path
     stream: str
-    topic: str  # the Kafka topic, or the Kinesis stream's name
-    bootstrap_servers: str | None  # Kafka's; None for a Kinesis source
+    topic: str  # the Kafka topic, the Kinesis stream's name, or the RabbitMQ queue
+    bootstrap_servers: str | None  # Kafka's; None for other sources
     endpoint: str
     verification: VerificationReport
     mapping: MappingStats
@@ -94,6 +103,7 @@ class DemoResult:
     stream_arn: str | None = None  # Kinesis: the stream the records' eventSourceARN names
     shards: dict[str, Any] | None = None  # Kinesis: the shards, which one was split into which
     schema_registry: dict[str, Any] | None = None  # --avro: the local registry and the integration's rejections
+    queue: dict[str, Any] | None = None  # RabbitMQ: the broker, what was published, acks, redeliveries, dedupe
 
     @property
     def ok(self) -> bool:
@@ -107,6 +117,7 @@ class DemoResult:
             and (self.replay is None or self.replay.get("equal", True))
             and (self.aggregation is None or all(self.aggregation["counts_match"].values()))
             and (self.shards is None or self.shards.get("parent_before_children", True))
+            and (self.queue is None or self.queue["left_in_queue"] == 0)
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -158,6 +169,7 @@ class DemoResult:
             "epochs": self.epochs,
             "shards": self.shards,
             "schema_registry": self.schema_registry,
+            "queue": self.queue,
             "timings_s": {name: round(seconds, 2) for name, seconds in self.timings_s.items()},
         }
 
@@ -167,10 +179,11 @@ def demo_config(
 ) -> tuple[dict[str, Any], TidemarkConfig, StreamConfig]:
     """The config file with the demo's overrides, validated; and the stream the demo drives.
 
-    ``--topic`` names the Kafka topic, or for a Kinesis stream the stream (the name in its ARN,
-    which a Kinesis source's topic is derived from). ``schema_registry`` (``--avro``, once the
-    local registry runs) becomes the stream's ``source.schema_registry``, in provisioned mode as
-    the integration requires (``archiver.provisioned_pollers``, unless the config sets it)."""
+    ``--topic`` names the Kafka topic, for a Kinesis stream the stream (the name in its ARN,
+    which a Kinesis source's topic is derived from), for RabbitMQ the queue. ``schema_registry``
+    (``--avro``, once the local registry runs) becomes the stream's ``source.schema_registry``, in
+    provisioned mode as the integration requires (``archiver.provisioned_pollers``, unless the
+    config sets it)."""
     path = options.config_file
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -202,6 +215,9 @@ def demo_config(
             archiver["provisioned_pollers"] = {}  # the defaults: the integration only needs the mode
     if options.topic and kind == KINESIS:
         raw["source"]["stream_arn"] = f"{raw['source']['stream_arn'].rsplit('/', 1)[0]}/{options.topic}"
+    elif options.topic and kind == RABBITMQ:
+        raw["source"].pop("topic", None)  # a dumped config's; the queue is the name
+        raw["source"]["queue"] = options.topic
     elif options.topic:
         raw["source"]["topic"] = options.topic
     if options.flush_records:
@@ -224,9 +240,17 @@ def demo_config(
     return data, config, stream
 
 
+#: the demo's part that touches the source, per source kind
+RUNNERS: dict[str, Callable[[DemoOptions, DemoUI], SourceRunner]] = {
+    KAFKA: KafkaRunner,
+    KINESIS: KinesisRunner,
+    RABBITMQ: RabbitRunner,
+}
+
+
 def source_runner(kind: str, options: DemoOptions, ui: DemoUI) -> SourceRunner:
     """The runner of the stream's source kind."""
-    runner: SourceRunner = KinesisRunner(options, ui) if kind == KINESIS else KafkaRunner(options, ui)
+    runner: SourceRunner = RUNNERS[kind](options, ui)
     return runner
 
 
@@ -301,7 +325,7 @@ class Demo:
             expected = fed.expected
 
             self.ui.step("draining open buffers (every record into an S3 object)")
-            drained = self._drain(stream, expected, cold, chaos if options.chaos else None)
+            drained = self._drain(stream, fed.partitions, cold, chaos if options.chaos else None)
             self._lap("drain")
 
             self.ui.step("running the sweeper: sweep every partition, reconcile, complete event hours")
@@ -309,28 +333,23 @@ class Demo:
             self._lap("sweeper")
 
             self.ui.step("reading the archive back from S3 and checking it")
-            report = verify_archive(
-                aws.s3(),
-                aws.bucket,
-                stream.name,
-                expected,
-                raw_prefix=config.archive.raw_prefix,
-                errors_prefix=config.archive.errors_prefix,
-                config=stream,
-            )
+            report = verify_feed(aws, config, stream, expected)
             hours = {item.hour for item in expected if item.hour}
             hours |= run_hours(self._started_ms, time.time(), stream.event_time.timezone)
             ledger_only, s3_only = reconcile(aws, config, stream.name, hours)
             self._lap("verify")
 
-            self.ui.step("auditing the archive: every object against the ledger, offsets tiled")
+            self.ui.step(
+                "auditing the archive: every object against the ledger, "
+                + ("positions tiled (a queue: no source to ask about gaps)" if kind == RABBITMQ else "offsets tiled")
+            )
             audit = run_audit(aws, config, stream, fed.location if kind == KAFKA else None)
             self._lap("audit")
 
             replay = None
             if kind == KAFKA:
                 self.ui.step("replaying the archive into a new topic, checked record by record against the source")
-                replay = self._replay(aws, config, data, stream, fed.location, expected, workdir)
+                replay = self._replay(aws, config, data, stream, fed.location, _only(expected, ExpectedRecord), workdir)
                 if avro is not None and "not_run" not in replay:
                     replay["compared_with"] = (
                         "the archived values: the registry-decoded JSON the mapping delivered (the source holds Avro)"
@@ -338,10 +357,10 @@ class Demo:
                 self._lap("replay")
 
             aggregation = None
-            # Kafka runs the Spark job by default; Kinesis only when asked (--aggregate).
+            # Kafka runs the Spark job by default; Kinesis only when asked (--aggregate); RabbitMQ refuses it.
             if options.aggregate if options.aggregate is not None else kind == KAFKA:
                 self.ui.step("aggregating the archive with PySpark (local[2]) into DynamoDB")
-                aggregation = run_demo_aggregation(aws, stream, expected)
+                aggregation = run_demo_aggregation(aws, stream, _only(expected, ExpectedRecord))
                 self._lap("aggregate")
             self.timings["total"] = time.monotonic() - self._started
             return DemoResult(
@@ -375,6 +394,7 @@ class Demo:
                     "rejected": fed.delivery.registry_rejected,
                     "reasons": dict(fed.delivery.registry_reasons),
                 },
+                queue=fed.queue,
             )
 
     def _replay(
@@ -398,9 +418,8 @@ class Demo:
             return {"not_run": str(exc)}
 
     def _drain(
-        self, stream: StreamConfig, expected: list[ExpectedRecord], cold: ChildInvoker, chaos: Chaos | None
+        self, stream: StreamConfig, partitions: list[PartitionId], cold: ChildInvoker, chaos: Chaos | None
     ) -> int:
-        partitions = sorted({item.partition for item in expected}, key=partition_sort_key)
         if chaos is not None:  # kill a drain at a flush-side point first; the next drain recovers
             for partition in partitions:
                 crash_at = chaos.arm(FLUSH_POINTS, max_nth=1)
@@ -410,6 +429,29 @@ class Demo:
         for partition in partitions:
             drained += len(runtime.writer(stream, partition).drain().flushes)
         return drained
+
+
+def verify_feed(aws: LocalAws, config: TidemarkConfig, stream: StreamConfig, expected: Expected) -> VerificationReport:
+    """Read the archive back from S3 and check it against what the source was fed, with the
+    checker of the source's kind: a log's records by (partition, position) -- ``verify_archive``
+    --, a queue's messages, which the ledger numbers as it accepts them, by their ids --
+    ``verify_messages``: each id once, and the positions tiling ``0..n-1``."""
+    s3, raw, errors = aws.s3(), config.archive.raw_prefix, config.archive.errors_prefix
+    if stream.source.shape.assigns_positions:
+        messages = _only(expected, ExpectedMessage)
+        return verify_messages(
+            s3, aws.bucket, stream.name, messages, config=stream, raw_prefix=raw, errors_prefix=errors
+        )
+    records = _only(expected, ExpectedRecord)
+    return verify_archive(s3, aws.bucket, stream.name, records, config=stream, raw_prefix=raw, errors_prefix=errors)
+
+
+def _only(expected: Expected, kind: type[_E]) -> list[_E]:
+    """``expected`` as a list of ``kind`` (a runner hands back one kind of expectation)."""
+    items = [item for item in expected if isinstance(item, kind)]
+    if len(items) != len(expected):
+        raise DemoError(f"expected {kind.__name__} items, got {type(expected[0]).__name__}")
+    return items
 
 
 def run_sweeper(project_dir: Path, log: IO[str]) -> dict[str, Any]:

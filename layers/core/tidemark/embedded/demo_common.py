@@ -2,15 +2,18 @@
 
 The demo's steps are the same for every source kind -- start services, produce and archive,
 drain, sweep, verify -- except the one that touches the source: a Kafka broker and consumer
-group, or a Kinesis stream and its shards. That step is a ``SourceRunner`` (``demo_kafka``,
-``demo_kinesis``); it gets the options, the stream and the invoker, and hands back what the
-later steps need (``Feed``): what the archive must hold and how delivery went.
+group, a Kinesis stream and its shards, or a RabbitMQ broker and queue. That step is a
+``SourceRunner`` (``demo_kafka``, ``demo_kinesis``, ``demo_rabbitmq``); it gets the options, the
+stream and the invoker, and hands back what the later steps need (``Feed``): what the archive
+must hold and how delivery went. A log's records are expected at their source positions
+(``ExpectedRecord``); a queue's messages, which the ledger numbers, by their ids
+(``ExpectedMessage``).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -22,12 +25,20 @@ from tidemark.embedded.esm.invokers import Invoker
 from tidemark.embedded.esm.mapping import MappingStats
 from tidemark.embedded.workload import Order, WorkloadSpec
 from tidemark.exceptions import TidemarkError
-from tidemark.sources import KAFKA, KINESIS
-from tidemark.verify import ExpectedRecord
+from tidemark.sources import KAFKA, KINESIS, RABBITMQ, PartitionId, partition_sort_key
+from tidemark.verify import ExpectedMessage, ExpectedRecord
 
-SOURCE_KINDS = (KAFKA, KINESIS)
+SOURCE_KINDS = (KAFKA, KINESIS, RABBITMQ)
 #: the example config of each source kind, under the project directory
-DEFAULT_CONFIGS = {KAFKA: Path("config/tidemark.yaml"), KINESIS: Path("config/kinesis.yaml")}
+DEFAULT_CONFIGS = {
+    KAFKA: Path("config/tidemark.yaml"),
+    KINESIS: Path("config/kinesis.yaml"),
+    RABBITMQ: Path("config/rabbitmq.yaml"),
+}
+#: the partition of a queue (a source whose positions the ledger assigns has one: 0)
+QUEUE_PARTITION = 0
+#: what the archive must hold: a log's records at their positions, or a queue's messages by id
+Expected = Sequence[ExpectedRecord | ExpectedMessage]
 
 
 class DemoUI(Protocol):
@@ -61,7 +72,7 @@ class DemoOptions:
     partitions: int = 4  # Kafka: partitions of the topic
     bootstrap_servers: str | None = None  # Kafka: default: start the embedded broker
     endpoint_url: str | None = None  # default: start moto
-    broker_port: int = 0
+    broker_port: int = 0  # Kafka's embedded broker, or RabbitMQ's AMQP port
     moto_port: int = 0
     bucket: str = "tidemark-demo-archive"
     table: str = "tidemark-demo-ledger"
@@ -77,7 +88,7 @@ class DemoOptions:
     format: str | None = None  # overrides the stream's format.type (with that format's default compression)
     compression: str | None = None  # overrides format.compression
     partition_by: tuple[str, ...] = ()  # overrides partition_by.fields
-    source: str | None = None  # kafka | kinesis; None: the config's stream's kind (kafka without --config)
+    source: str | None = None  # kafka | kinesis | rabbitmq; None: the config's stream's kind (kafka without --config)
     shards: int = 2  # Kinesis: shards the stream is created with
     split: bool = True  # Kinesis: split a shard mid-run
     avro: bool = False  # Kafka: Avro values, decoded by a local registry through the mapping's integration
@@ -94,11 +105,18 @@ class DemoOptions:
 class Feed:
     """What producing and archiving through a source hands the demo's later steps."""
 
-    location: str  # where the source is: Kafka's bootstrap servers, the Kinesis stream's ARN
-    expected: list[ExpectedRecord]  # what the archive must hold
+    location: str  # where the source is: Kafka's bootstrap servers, the Kinesis stream's ARN, the RabbitMQ broker
+    expected: Expected  # what the archive must hold
     delivery: MappingStats
     epochs: dict[str, Any] | None = None  # Kafka with --recreate-topic: refused invocations, epochs started
     shards: dict[str, Any] | None = None  # Kinesis: the shards, and which were split into which
+    queue: dict[str, Any] | None = None  # RabbitMQ: the broker, what was published, acks and redeliveries
+
+    @property
+    def partitions(self) -> list[PartitionId]:
+        """The source partitions the expected records are in (a queue's: its one partition)."""
+        found = {item.partition if isinstance(item, ExpectedRecord) else QUEUE_PARTITION for item in self.expected}
+        return sorted(found, key=partition_sort_key)
 
 
 @dataclass

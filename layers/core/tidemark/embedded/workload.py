@@ -5,7 +5,9 @@ records arrives hours late, and a few are malformed (not JSON, no event time, an
 event time). What each record should become -- its event-hour folder, or a dead letter -- is
 worked out here from the values the generator chose, independently of the archiver, and tied to
 the partition and offset the broker assigned (from the delivery reports). ``workload_avro`` turns
-the same orders into Avro values for a schema registry (``tidemark demo --avro``).
+the same orders into Avro values for a schema registry (``tidemark demo --avro``);
+``queue_workload`` makes them messages of a RabbitMQ queue, known by their message ids
+(``tidemark demo --source rabbitmq``).
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ import orjson
 
 from tidemark.embedded.kafka_clients import client_settings
 from tidemark.exceptions import TidemarkError
-from tidemark.records.model import Schemas
-from tidemark.verify import ExpectedRecord, RecordMeta
+from tidemark.records.model import Record, Schemas
+from tidemark.verify import ExpectedMessage, ExpectedRecord, RecordMeta
 
 if TYPE_CHECKING:
     from confluent_kafka import KafkaError, Message
@@ -213,3 +215,104 @@ def produce(
             + (f": {failures[0]}" if failures else "")
         )
     return expected
+
+
+# -- a queue's workload (``tidemark demo --source rabbitmq``) ------------------------------------
+
+#: the AMQP properties every order is published with (besides its id and timestamp)
+QUEUE_CONTENT_TYPE = "application/json"
+PERSISTENT = 2  # AMQP delivery mode: written to disk by the broker
+
+
+@dataclass(frozen=True, slots=True)
+class QueueMessage:
+    """An order as a queue message: what the demo's publisher sends, in its order."""
+
+    order: Order
+    message_id: str | None  # ``m-<seed>-<n>``; None: published without one (dead-lettered missing_message_id)
+    retry: bool = False  # a publisher's retry: the same message (same id, same body) published again
+
+    @property
+    def headers(self) -> dict[str, str | None]:
+        """The AMQP headers: the order's headers, as (long) strings."""
+        return {
+            name: value.decode("utf-8") if isinstance(value, bytes) else value for name, value in self.order.headers
+        }
+
+    def archived_headers(self) -> tuple[tuple[str, bytes], ...]:
+        """The headers the archive must keep for the message: its AMQP headers, then the
+        properties it was published with as ``amqp.<property>`` (the adapter's order)."""
+        headers = tuple((name, b"null" if value is None else value.encode()) for name, value in self.headers.items())
+        return (
+            *headers,
+            ("amqp.content_type", QUEUE_CONTENT_TYPE.encode()),
+            ("amqp.delivery_mode", str(PERSISTENT).encode()),
+        )
+
+
+@dataclass
+class QueueWorkload:
+    """The messages to publish (retries included, in publish order) and what the archive must
+    hold: one message per distinct id (``verify_messages``)."""
+
+    messages: list[QueueMessage]
+    expected: list[ExpectedMessage]
+
+    @property
+    def retries(self) -> int:
+        return sum(message.retry for message in self.messages)
+
+    @property
+    def without_id(self) -> int:
+        return sum(message.message_id is None and not message.retry for message in self.messages)
+
+
+def _every(share: float, count: int, at_least: int) -> int | None:
+    """A fixed stride giving about ``share`` of ``count``, and at least ``at_least`` of them in short runs."""
+    if share <= 0:
+        return None
+    return max(2, min(round(1 / share), count // at_least))
+
+
+def queue_workload(
+    orders: list[Order],
+    *,
+    queue: str,
+    seed: int,
+    dedupe_id: str = "message_id",
+    retry_share: float = 0.01,
+    missing_id_share: float = 0.001,
+    max_retry_gap: int = 200,
+) -> QueueWorkload:
+    """The orders as queue messages with ids ``m-<seed>-<n>``. About ``retry_share`` of them are
+    published twice (a publisher's retry after a lost confirm: the same id and body again, up to
+    ``max_retry_gap`` messages later) and about ``missing_id_share`` have no message id; at least
+    a few of each even in short runs. ``dedupe_id`` is the stream's ``dedupe.id``: what the
+    expected messages are known by (a message without that id is dead-lettered
+    ``missing_message_id``, known by its body's digest)."""
+    from tidemark.dedupe.ids import CONTENT_SHA256, digest, message_id
+
+    rng = random.Random(seed)
+    retry_every = _every(retry_share, len(orders), 5)
+    missing_every = _every(missing_id_share, len(orders), 4)
+    sequence: list[QueueMessage] = []
+    later: dict[int, list[QueueMessage]] = {}  # publish position -> retries published there
+    expected: dict[bytes, ExpectedMessage] = {}
+    for index, order in enumerate(orders):
+        missing = missing_every is not None and index % missing_every == missing_every - 1
+        message = QueueMessage(order, None if missing else f"m-{seed}-{index}")
+        sequence.append(message)
+        sequence.extend(later.pop(index, ()))
+        if retry_every is not None and index % retry_every == 1:
+            at = min(index + rng.randint(1, max_retry_gap), len(orders) - 1)
+            later.setdefault(at, []).append(QueueMessage(order, message.message_id, retry=True))
+        headers = message.archived_headers()
+        key = None if message.message_id is None else message.message_id.encode()
+        shaped = Record("", 0, 0, 0, order.value, key, headers)
+        found = message_id(shaped, dedupe_id)
+        ident = found if found is not None and dedupe_id != CONTENT_SHA256 else digest(shaped, dedupe_id)
+        hour = order.hour if found is not None else None
+        expected.setdefault(ident, ExpectedMessage(ident, order.value, hour, RecordMeta(queue, key, headers)))
+    for retries in later.values():  # none left: a retry goes at most to the last position
+        sequence.extend(retries)
+    return QueueWorkload(sequence, list(expected.values()))

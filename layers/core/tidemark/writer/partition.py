@@ -39,6 +39,7 @@ from tidemark.exceptions import (
     ObjectConflictError,
     PositionResetError,
     StagingConflictError,
+    StaleNumberingError,
     UnsupportedSegmentError,
 )
 from tidemark.faults import (
@@ -78,6 +79,8 @@ DRAIN = "drain"  # an operator (or the demo's last step) asked for every open bu
 REARCHIVE = "rearchive"  # a quarantined flush archived from its records fetched again from the source
 # A rearchive races a live partition: every accepted batch moves the state's version.
 REARCHIVE_ATTEMPTS = 20
+# A queue's batch numbered on a stale state is renumbered from a fresh read this many times.
+RENUMBER_ATTEMPTS = 3
 
 # A warm container lists the staging directory (a network round trip on EFS) at most this often
 # per partition; a cold start and every maintenance run always do.
@@ -151,10 +154,10 @@ class PartitionWriter:
         if self._dedupe is not None:
             # A queue's positions are the ledger's own numbers: the broker (or virtual host) it
             # came from says nothing about them, and a replaced broker must not stop the queue.
-            source = ""
-            if records:
-                records = self.number(records, state)
-        state = self.stage(records, state, outcome, source=source)
+            state = self._stage_numbered(records, state, outcome)
+        else:
+            state = self.stage(records, state, outcome, source=source)
+        outcome.duplicates = outcome.records_in - outcome.staged  # also when dedupe left nothing to stage
         if state.version != version and self._gc_due():  # just written: the stored state right now
             self.collect_garbage(state, outcome)
         state = self.rotate(state, outcome, drain=drain)
@@ -270,6 +273,23 @@ class PartitionWriter:
             position += 1
         return numbered
 
+    def _stage_numbered(
+        self, records: Sequence[Record], state: PartitionState, outcome: BatchOutcome
+    ) -> PartitionState:
+        """Number a queue's batch and stage it. Numbered on a stale state (a warm container whose
+        cached state another container moved on), it is renumbered from a fresh read -- as long
+        as none of it was accepted: once a chunk was, the batch is refused and redelivered."""
+        for attempt in range(1, RENUMBER_ATTEMPTS + 1):
+            try:
+                return self.stage(self.number(records, state) if records else [], state, outcome, source="")
+            except StaleNumberingError:
+                if outcome.staged or attempt == RENUMBER_ATTEMPTS:
+                    raise
+                outcome.conflicts += 1
+                state = self._load()
+                self._catch_up(state)
+        raise AssertionError("unreachable")
+
     def _catch_up(self, state: PartitionState) -> None:
         """Index the ids of accepted positions the index lacks (a crash between an accept and its
         indexing, or another writer's accept): before anything is deduplicated against the index
@@ -372,7 +392,7 @@ class PartitionWriter:
                 # Another writer accepted since these messages were numbered (seen after a reload:
                 # a rotation, making room, a flush between chunks). Numbers at or below its
                 # position would be taken for ours and dropped: refuse, the broker redelivers.
-                raise StagingConflictError(
+                raise StaleNumberingError(
                     f"{self.stream.name}/{self.partition}: another writer accepted messages meanwhile; this "
                     "batch was numbered after an older position and is refused (the broker redelivers it)"
                 )
@@ -431,7 +451,7 @@ class PartitionWriter:
                 ):
                     for _key, ref in written:
                         self._staging.delete(self.stream.name, self.partition, ref.name)
-                    raise StagingConflictError(
+                    raise StaleNumberingError(
                         f"{self.stream.name}/{self.partition}: another writer accepted messages meanwhile; this "
                         "batch was numbered after an older position and is refused (the broker redelivers it)"
                     ) from None

@@ -1,0 +1,365 @@
+"""The local Amazon MQ (RabbitMQ) event source mapping: consume a queue, invoke, ack only after success.
+
+Behaves like the Lambda event source mapping for an Amazon MQ for RabbitMQ broker:
+
+* one consumer on the queue with manual acks and ``basic_qos(prefetch_count=batch_size)``: the
+  broker never has more than a batch of messages out to the mapping unacked;
+* batches close at ``batch_size`` messages, at the 6 MB payload limit (``message_payload_size``)
+  or when the batching window since the batch's first message has passed (``BatchBuilder``);
+* one event per batch, messages of the one queue under ``"<queue>::<virtual host>"``, each with
+  its AMQP properties (``messageId``, ``timestamp``, ``headers``, ``contentType``, ...), the
+  broker's ``redelivered`` flag and the body in base64 (``records.rabbitmq_esm``);
+* invocations are sequential (the mapping's concurrency is one per queue);
+* a batch is acked -- ``basic_ack(multiple=True)`` up to its last delivery tag -- only after the
+  function returned. A failed invocation is NOT retried with the same event: its messages are
+  nacked with requeue (``basic_nack(multiple=True, requeue=True)``), and the broker delivers them
+  again, flagged ``redelivered``, possibly in other batches and in another order. After
+  ``max_attempts`` failed invocations in a row the mapping stops (``DeliveryError``).
+
+Delivery tags grow in delivery order on a channel and a batch is always taken from the head of
+what was received, so a batch is exactly the unsettled deliveries up to its last tag: settling
+with ``multiple=True`` settles the batch and nothing else.
+
+A lost ack (``lose_ack``, chaos -- or an ack on a channel that is gone) is what happens when the
+connection breaks after the function succeeded and before the ack reached the broker: the
+mapping skips the ack and closes its connection, the broker requeues every message the channel
+held unacked, and the mapping connects again (counted in ``rebalances``). The messages come
+again, ``redelivered``; the archiver's dedupe index drops the ones it already accepted. A
+connection lost any other time (the broker restarted, or closed it after missed heartbeats
+during a long invocation) is the same: whatever was received and not acked comes again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tidemark.clock import Clock, MonotonicClock
+from tidemark.embedded.esm.batching import BatchBuilder, BatchLimits
+from tidemark.embedded.esm.invokers import Invocation, Invoker
+from tidemark.embedded.esm.mapping import DeliveryError, MappingError, MappingStats
+from tidemark.records.model import Record
+from tidemark.records.rabbitmq import BROKER_ARN, PROPERTIES
+from tidemark.records.rabbitmq_esm import RabbitMessage, build_rabbitmq_event, message_payload_size
+
+if TYPE_CHECKING:
+    import pika  # type: ignore[import-untyped]
+    from pika.adapters.blocking_connection import BlockingChannel  # type: ignore[import-untyped]
+
+logger = logging.getLogger(__name__)
+
+#: how long one wait for messages lasts while no batch is open
+POLL_TIMEOUT_S = 0.5
+#: the AMQP ``prefetch-count`` is a 16-bit field (Amazon MQ's batch size stops at 10,000 anyway)
+MAX_PREFETCH = 65_535
+
+
+@dataclass(frozen=True, slots=True)
+class RabbitMappingConfig:
+    url: str  # amqp://user:password@host:port/<vhost, %2F for "/">
+    queue: str
+    broker_arn: str  # the events' eventSourceArn (the Amazon MQ broker the stream names)
+    virtual_host: str = "/"  # the vhost the url names: the event's "<queue>::<virtual host>"
+    limits: BatchLimits = field(default_factory=BatchLimits)
+    max_attempts: int = 25  # failed invocations in a row before the mapping stops
+
+    def __post_init__(self) -> None:
+        if BROKER_ARN.fullmatch(self.broker_arn) is None:
+            raise MappingError(f"{self.broker_arn!r} is not an Amazon MQ broker ARN")
+        if not self.queue:
+            raise MappingError("queue must not be empty")
+        if self.max_attempts < 1:
+            raise MappingError("max_attempts must be at least 1")
+        if self.limits.batch_size > MAX_PREFETCH:
+            raise MappingError(f"batch_size must be at most {MAX_PREFETCH} (the AMQP prefetch count)")
+
+    @property
+    def match_name(self) -> str:
+        """The event's queue key, as the stream's ``source.match_name`` reads it."""
+        return f"{self.queue}::{self.virtual_host}"
+
+
+@dataclass
+class QueueStats(MappingStats):
+    """``MappingStats`` of a queue. ``rebalances`` counts reconnections (the channel closed with
+    messages unacked, which the broker requeued) and ``lost_commits`` lost acks; ``batches`` and
+    ``records`` count successful invocations, a redelivered message again."""
+
+    received: int = 0  # deliveries from the broker (a redelivery counts again)
+    redelivered: int = 0  # of those, flagged redelivered: delivered before and not acked
+    acked: int = 0  # messages acked: the broker let go of them
+    nacked: int = 0  # messages of failed invocations, nacked with requeue
+
+    def summary(self) -> dict[str, int]:
+        return {
+            "received": self.received,
+            "redelivered": self.redelivered,
+            "acked": self.acked,
+            "nacked": self.nacked,
+            "reconnects": self.rebalances,
+            "lost_acks": self.lost_commits,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One message as the channel delivered it: its delivery tag and what the event carries."""
+
+    tag: int
+    message: RabbitMessage
+
+
+def _header_value(value: Any) -> bytes | int | str | bool | None:
+    """An AMQP header value as the event renders it: strings and byte strings as byte arrays,
+    integers and booleans as JSON; anything else (floats, decimals, timestamps, nested tables and
+    arrays) as its text."""
+    if value is None or isinstance(value, bytes | str | bool | int):
+        return value
+    return str(value)
+
+
+def message_of(redelivered: bool, properties: Any, body: bytes) -> RabbitMessage:
+    """A delivered message (pika's ``BasicProperties``) as the event's message."""
+    camel = {
+        name: value for name, attribute in PROPERTIES if (value := getattr(properties, attribute, None)) is not None
+    }
+    headers: Mapping[str, Any] = properties.headers or {}
+    stamp = properties.timestamp
+    return RabbitMessage(
+        body=body,
+        message_id=properties.message_id,
+        timestamp_ms=-1 if stamp is None else int(stamp) * 1000,
+        headers={str(name): _header_value(value) for name, value in headers.items()},
+        properties=camel,
+        redelivered=redelivered,
+    )
+
+
+class RabbitEventSourceMapping:
+    def __init__(
+        self,
+        config: RabbitMappingConfig,
+        invoker: Invoker,
+        *,
+        clock: Clock | None = None,
+        lose_ack: Callable[[], bool] = lambda: False,
+        on_delivered: Callable[[list[Delivery], Invocation], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.invoker = invoker
+        self.clock = clock or MonotonicClock()
+        self.stats = QueueStats()
+        self._lose_ack = lose_ack
+        self._on_delivered = on_delivered
+        self._fetched: deque[Delivery] = deque()  # received, not yet in a batch
+        self._batched: dict[int, Delivery] = {}  # delivery tag -> the delivery, in the open batch
+        self._builder = BatchBuilder(config.limits, measure=self._measure)
+        self._failures = 0  # failed invocations in a row
+        self._connection: pika.BlockingConnection | None = None
+        self._channel: BlockingChannel | None = None
+
+    # -- connection lifecycle ---------------------------------------------------------------
+
+    def start(self) -> RabbitEventSourceMapping:
+        """Connect, limit the unacked messages to a batch, and consume the queue (which must exist)."""
+        import pika
+        from pika.exceptions import AMQPError, ChannelClosedByBroker  # type: ignore[import-untyped]
+
+        if self._connection is not None:
+            return self
+        where = f"queue {self.config.queue!r} on {self._where()}"
+        try:
+            self._connection = pika.BlockingConnection(pika.URLParameters(self.config.url))
+            channel = self._connection.channel()
+            channel.queue_declare(queue=self.config.queue, passive=True)
+            channel.basic_qos(prefetch_count=self.config.limits.batch_size)
+            channel.basic_consume(self.config.queue, self._received, auto_ack=False)
+        except ChannelClosedByBroker as exc:
+            self.close()
+            raise MappingError(f"cannot consume {where}: {exc.reply_text}") from None
+        except AMQPError as exc:
+            self.close()
+            raise MappingError(f"cannot reach RabbitMQ for {where}: {exc!r}") from None
+        self._channel = channel
+        return self
+
+    def _where(self) -> str:
+        import pika
+
+        parameters = pika.URLParameters(self.config.url)
+        return f"{parameters.host}:{parameters.port} (vhost {parameters.virtual_host!r})"
+
+    def close(self) -> None:
+        """Close the connection: whatever the channel holds unacked goes back to the queue."""
+        from pika.exceptions import AMQPError
+
+        connection, self._connection, self._channel = self._connection, None, None
+        self._fetched.clear()
+        self._batched.clear()
+        self._builder.take()
+        if connection is not None and connection.is_open:
+            with contextlib.suppress(AMQPError):
+                connection.close()
+
+    def __enter__(self) -> RabbitEventSourceMapping:
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def reconnect(self) -> None:
+        """Drop the connection and consume again: every unacked message is requeued and comes again."""
+        self.stats.rebalances += 1
+        self.close()
+        self.start()
+
+    # -- receiving ------------------------------------------------------------------------------
+
+    def _received(self, _channel: Any, method: Any, properties: Any, body: bytes) -> None:
+        redelivered = bool(method.redelivered)
+        self.stats.received += 1
+        self.stats.redelivered += redelivered
+        self._fetched.append(Delivery(int(method.delivery_tag), message_of(redelivered, properties, body)))
+
+    def _measure(self, record: Record) -> int:
+        return message_payload_size(self._batched[record.offset].message)
+
+    def _offer(self, delivery: Delivery, now_ms: int) -> bool:
+        """Offer a delivery to the batch (``BatchBuilder`` sees it as a record of partition 0 at
+        its delivery tag, measured by the message's share of the payload)."""
+        self._batched[delivery.tag] = delivery
+        if self._builder.offer(Record(self.config.match_name, 0, delivery.tag, -1, b""), now_ms):
+            return True
+        del self._batched[delivery.tag]
+        return False
+
+    def _take(self) -> list[Delivery]:
+        return [self._batched.pop(record.offset) for record in self._builder.take()]
+
+    def _wait(self, timeout_s: float) -> None:
+        """Receive for up to ``timeout_s`` (less once a message arrived); a broken connection is
+        reconnected: what it held unacked is requeued by the broker."""
+        from pika.exceptions import AMQPError
+
+        if self._connection is None:
+            self.start()
+        assert self._connection is not None
+        try:
+            self._connection.process_data_events(time_limit=timeout_s)
+        except AMQPError as exc:
+            logger.warning("RabbitMQ connection lost; reconnecting", extra={"error": repr(exc)})
+            self.reconnect()
+
+    def next_batch(self) -> list[Delivery]:
+        """Gather the next batch; an empty list means nothing arrived for a poll interval."""
+        builder = self._builder
+        while True:
+            while self._fetched and self._offer(self._fetched[0], self.clock.now_ms()):
+                self._fetched.popleft()
+            now = self.clock.now_ms()
+            if builder.ready(now) or (self._fetched and builder.records):
+                return self._take()
+            wait_ms = builder.remaining_ms(now) if builder.records else int(POLL_TIMEOUT_S * 1000)
+            before = len(self._fetched)
+            self._wait(max(wait_ms, 1) / 1000)
+            if len(self._fetched) == before and not builder.records:
+                return []
+
+    # -- delivery -------------------------------------------------------------------------------
+
+    def deliver(self, batch: list[Delivery]) -> Invocation:
+        """Invoke once; ack the batch after success (unless chaos loses the ack), nack it with
+        requeue after a failure."""
+        config = self.config
+        event = build_rabbitmq_event(
+            [delivery.message for delivery in batch],
+            broker_arn=config.broker_arn,
+            queue=config.queue,
+            virtual_host=config.virtual_host,
+        )
+        stats = self.stats
+        stats.invocations += 1
+        result = self.invoker.invoke(event)
+        last = batch[-1].tag
+        if not result.ok:
+            stats.failed_invocations += 1
+            stats.crashed_invocations += result.crashed
+            if result.error and not result.crashed and result.error not in stats.errors:
+                stats.errors.append(result.error)
+            self._failures += 1
+            logger.info(
+                "invocation failed; nacking the batch with requeue",
+                extra={"messages": len(batch), "error": result.error, "in_a_row": self._failures},
+            )
+            if self._settle(last, ack=False):
+                stats.nacked += len(batch)
+            else:  # the channel is gone: the broker requeued the batch, and what was received after it
+                self.reconnect()
+            if self._failures >= config.max_attempts:
+                raise DeliveryError(
+                    f"{self._failures} invocations in a row failed on queue {config.queue!r}; "
+                    f"last error: {result.error}"
+                )
+            return result
+        self._failures = 0
+        stats.batches += 1
+        stats.records += len(batch)
+        stats.max_batch = max(stats.max_batch, len(batch))
+        if self._on_delivered is not None:
+            self._on_delivered(batch, result)
+        if self._lose_ack() or not self._settle(last, ack=True):
+            stats.lost_commits += 1
+            self.reconnect()  # the ack never reached the broker: the batch comes again
+        else:
+            stats.acked += len(batch)
+        return result
+
+    def _settle(self, tag: int, *, ack: bool) -> bool:
+        """Ack, or nack with requeue, every unsettled delivery up to ``tag``; ``False`` if the
+        channel is gone (the broker requeues what it held anyway)."""
+        from pika.exceptions import AMQPError
+
+        channel = self._channel
+        if channel is None or not channel.is_open:
+            return False
+        try:
+            if ack:
+                channel.basic_ack(delivery_tag=tag, multiple=True)
+            else:
+                channel.basic_nack(delivery_tag=tag, multiple=True, requeue=True)
+        except AMQPError as exc:
+            logger.warning("settling the batch failed", extra={"ack": ack, "error": repr(exc)})
+            return False
+        return True
+
+    def ready_messages(self) -> int:
+        """Messages waiting in the queue (not counting those out to a consumer, unacked)."""
+        assert self._channel is not None, "start() the mapping first"
+        method = self._channel.queue_declare(queue=self.config.queue, passive=True).method
+        return int(method.message_count)
+
+    def holding(self) -> bool:
+        """Messages received and not yet settled (fetched, or in an open batch)."""
+        return bool(self._fetched or self._batched)
+
+    def run(self, until: Callable[[], bool], *, idle_timeout_s: float = 60.0) -> None:
+        """Deliver batches until ``until()`` holds; fail if nothing arrives for ``idle_timeout_s``."""
+        self.start()
+        idle_since: int | None = None
+        while not until():
+            batch = self.next_batch()
+            if batch:
+                idle_since = None
+                self.deliver(batch)
+                continue
+            now = self.clock.now_ms()
+            idle_since = now if idle_since is None else idle_since
+            if now - idle_since > idle_timeout_s * 1000:
+                raise MappingError(
+                    f"no messages from queue {self.config.queue!r} for {idle_timeout_s:.0f}s while messages are "
+                    "still outstanding; is the broker up and the queue right?"
+                )
