@@ -8,6 +8,9 @@ PY := $(VENV)/bin/python
 DEPS_HASH := $(shell cat pyproject.toml | sha1sum | cut -c1-12)
 STAMP := $(VENV)/.installed-$(DEPS_HASH)
 PYTEST_ARGS ?=
+# `make test` runs pytest in two worker processes (pytest-xdist): the suite waits on brokers,
+# moto and child processes much of the time. PYTEST_WORKERS=0 runs it in one process.
+PYTEST_WORKERS ?= 2
 NODE_STAMP := node_modules/.installed-$(shell cat package.json package-lock.json | sha1sum | cut -c1-12)
 # jsii prints an end-of-life banner on every synth under Node 20 (end of life 2026-04-30); these
 # machines run Node 20 (Node 22 is recommended). The variable takes major versions, not a flag.
@@ -63,7 +66,7 @@ typecheck: install
 	$(VENV)/bin/mypy
 
 test: rabbitmq lint typecheck
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 unit: install
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)

@@ -35,6 +35,14 @@ os.environ.update(
 )
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``make test``), the tests on the Spark session share one worker: one
+    JVM for the run, as without workers."""
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("spark"))
+
+
 @pytest.fixture(scope="session")
 def example_config() -> TidemarkConfig:
     return load_config(EXAMPLE_CONFIG)

@@ -34,6 +34,7 @@ from tidemark.verify import ExpectedRecord
 START_S = 1_767_225_600  # 2026-01-01T00:00:00Z, well before the ManualClock's 2026-11-21T08
 SMALL_BUDGET = 4 * 1024  # the smallest budget the config accepts; one chunk of 8 buffers fits it
 OPEN_LIMIT = 8
+WIDE = 120  # records, each in an hour of its own: 15 chunks of OPEN_LIMIT, many 4 KiB items' worth
 
 
 def wide_workload(count: int, *, step_hours: int = 2) -> Workload:
@@ -104,14 +105,14 @@ def test_when_the_budget_binds_before_max_open_buffers_the_oldest_buffers_make_r
     budget limits the chunk, and the writer seals the least recently appended buffers
     (``ledger_budget``) to make room, instead of failing the batch with nothing waiting on S3."""
     config = wide_config("4KiB", max_open_buffers=200)
-    workload = wide_workload(300)
+    workload = wide_workload(WIDE)
     sizes = StateItemSizes(archive.dynamodb)
     outcome = Archiver(archive.runtime(config)).handle(msk_event(workload.records[0]))["orders"]
-    assert outcome.staged == 300 and outcome.chunks > 0
+    assert outcome.staged == WIDE and outcome.chunks > 0
     assert {flush.reason for flush in outcome.flushes} == {"ledger_budget"}
     assert sizes.largest <= SMALL_BUDGET
     esm = EsmModel(workload, lambda crash: archive.runtime(config, crash))
-    esm.committed[0] = 300
+    esm.committed[0] = WIDE
     finish(archive, config, esm)
     assert_exactly_once(archive, config, esm)
     assert sizes.largest <= SMALL_BUDGET
@@ -119,36 +120,36 @@ def test_when_the_budget_binds_before_max_open_buffers_the_oldest_buffers_make_r
 
 def test_wide_batch_is_accepted_in_chunks_within_the_item_budget(archive: Archive) -> None:
     config = wide_config("4KiB")
-    workload = wide_workload(300)
+    workload = wide_workload(WIDE)
     sizes = StateItemSizes(archive.dynamodb)
     runtime = archive.runtime(config)
     outcome = Archiver(runtime).handle(msk_event(workload.records[0]))["orders"]
-    assert outcome.staged == 300
-    assert outcome.chunks >= 300 // (2 * OPEN_LIMIT)  # never more than twice the limit open at once
-    assert len(outcome.flushes) >= 300 - 2 * OPEN_LIMIT  # flushed between chunks, not all at the end
+    assert outcome.staged == WIDE
+    assert outcome.chunks >= WIDE // (2 * OPEN_LIMIT)  # never more than twice the limit open at once
+    assert len(outcome.flushes) >= WIDE - 2 * OPEN_LIMIT  # flushed between chunks, not all at the end
     assert len(runtime.ledger.load("orders", 0).buffers) <= 2 * OPEN_LIMIT
     assert sizes.largest <= SMALL_BUDGET
     esm = EsmModel(workload, lambda crash: archive.runtime(config, crash))
-    esm.committed[0] = 300  # the invocation succeeded: the ESM committed the batch
+    esm.committed[0] = WIDE  # the invocation succeeded: the ESM committed the batch
     finish(archive, config, esm)
     assert_exactly_once(archive, config, esm)  # each record in its own hour's folder, once
-    assert committed_object_count(archive) == 300
+    assert committed_object_count(archive) == WIDE
     assert staged_files(archive) == set()
     assert sizes.largest <= SMALL_BUDGET
 
 
 def test_wide_batch_crashing_between_chunks_is_redelivered_exactly_once(archive: Archive) -> None:
     config = wide_config("4KiB")
-    workload = wide_workload(300)
+    workload = wide_workload(WIDE)
     sizes = StateItemSizes(archive.dynamodb)
     esm = EsmModel(workload, lambda crash: archive.runtime(config, crash))
     injector = CrashAt(AFTER_ACCEPT, nth=3)
-    assert not esm.deliver(esm.batch(0, 300), injector)
+    assert not esm.deliver(esm.batch(0, WIDE), injector)
     assert injector.fired and esm.crashes == 1
     staged = archive.runtime(config).ledger.load("orders", 0).staged_offset
-    assert 0 < staged < 299  # the crash hit after the third chunk: part of the batch is accepted
-    assert esm.deliver(esm.batch(0, 300))  # the ESM redelivers the whole batch, without faults
-    finish(archive, config, esm, batch=300)
+    assert 0 < staged < WIDE - 1  # the crash hit after the third chunk: part of the batch is accepted
+    assert esm.deliver(esm.batch(0, WIDE))  # the ESM redelivers the whole batch, without faults
+    finish(archive, config, esm, batch=WIDE)
     assert_exactly_once(archive, config, esm)
     assert staged_files(archive) == set()
     assert sizes.largest <= SMALL_BUDGET
@@ -156,7 +157,7 @@ def test_wide_batch_crashing_between_chunks_is_redelivered_exactly_once(archive:
 
 def test_wide_batch_during_an_s3_outage_loses_nothing_and_stays_within_budget(archive: Archive) -> None:
     config = wide_config("4KiB")
-    workload = wide_workload(300)
+    workload = wide_workload(WIDE)
     sizes = StateItemSizes(archive.dynamodb)
     down = {"on": True}
 
@@ -171,13 +172,13 @@ def test_wide_batch_during_an_s3_outage_loses_nothing_and_stays_within_budget(ar
     with pytest.raises(LedgerFullError, match="no record fits in the ledger item"):
         Archiver(runtime).handle(msk_event(workload.records[0]))
     state = runtime.ledger.load("orders", 0)
-    assert state.sealed and 0 < state.staged_offset < 299
+    assert state.sealed and 0 < state.staged_offset < WIDE - 1
     assert state.referenced_segments() <= staged_files(archive)
     assert committed_object_count(archive) == 0
     assert sizes.largest <= SMALL_BUDGET
     down["on"] = False
     esm = EsmModel(workload, lambda crash: archive.runtime(config, crash))
-    finish(archive, config, esm, batch=300)  # the ESM redelivers the whole batch
+    finish(archive, config, esm, batch=WIDE)  # the ESM redelivers the whole batch
     assert_exactly_once(archive, config, esm)
     assert staged_files(archive) == set()
     assert sizes.largest <= SMALL_BUDGET

@@ -13,7 +13,7 @@ from tests.support.harness import RunOtherAt, small_config_data, staged_files
 from tests.support.queue_model import BROKER_ARN, QueueModel, publish_orders, rabbitmq_source
 from tidemark.archiver import Archiver
 from tidemark.config import parse_config
-from tidemark.dedupe import SqliteDedupeIndex
+from tidemark.dedupe.sqlite import SqliteDedupeIndex
 from tidemark.exceptions import StagingConflictError
 from tidemark.faults import (
     AFTER_ACCEPT,

@@ -1,5 +1,9 @@
 """One step of tests/integration/test_flush_memory.py in a fresh process, so that the process's
-peak RSS (``ru_maxrss``) is that step's alone.
+peak RSS is that step's alone.
+
+The peak is the kernel's high-water mark of this process's own memory (``VmHWM``), reset once the
+runtime is built. Not ``ru_maxrss``: at ``exec`` the kernel carries the forked parent's high-water
+mark into it, so a child of pytest reports pytest's size, whatever the step does.
 
 ``python -m tests.support.flush_memory_child stage MIB``
     stages about ``MIB`` MiB of ~4 KiB JSON orders into one buffer of partition 0, through the
@@ -21,7 +25,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import resource
 import sys
 import time
 from typing import Any
@@ -40,8 +43,18 @@ def rss_mib() -> float:
         return int(statm.read().split()[1]) * PAGE / MIB
 
 
+def reset_peak_rss() -> None:
+    """Reset the high-water mark (``VmHWM``) to the current RSS (Linux >= 4.0)."""
+    with open("/proc/self/clear_refs", "w", encoding="ascii") as clear_refs:
+        clear_refs.write("5")
+
+
 def peak_rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024  # kB
+    raise RuntimeError("/proc/self/status has no VmHWM")
 
 
 def orders(count: int, start: int, created_ms: int, rng: random.Random, pads: list[bytes]) -> list[Record]:
@@ -84,6 +97,7 @@ def main() -> None:
     step = sys.argv[1]
     runtime = Runtime.from_env()
     before = rss_mib()
+    reset_peak_rss()
     started = time.perf_counter()
     result = stage(runtime, int(sys.argv[2])) if step == "stage" else drain(runtime)
     seconds = time.perf_counter() - started

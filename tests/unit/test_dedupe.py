@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tidemark.dedupe import SqliteDedupeIndex, digest, message_id
+from tidemark.dedupe import digest, message_id
 from tidemark.dedupe.ids import CONTENT_SHA256, MESSAGE_ID
+from tidemark.dedupe.sqlite import SqliteDedupeIndex
 from tidemark.records.model import Record
 
 

@@ -15,7 +15,7 @@ from botocore.config import Config
 from tidemark.clock import Clock, SystemClock
 from tidemark.config.loader import load_config_from_env
 from tidemark.config.model import StreamConfig, TidemarkConfig
-from tidemark.dedupe import DedupeIndex, SqliteDedupeIndex
+from tidemark.dedupe import DedupeIndex
 from tidemark.exceptions import ConfigError
 from tidemark.faults import CrashPoints, NoCrashes, crash_points_from_env
 from tidemark.ledger.base import Ledger
@@ -134,5 +134,7 @@ class Runtime:
         key = (stream.name, partition)
         index = self._dedupe.get(key)
         if index is None:
+            from tidemark.dedupe.sqlite import SqliteDedupeIndex  # queues only: not on every cold start
+
             index = self._dedupe[key] = SqliteDedupeIndex(self.staging.dedupe_path(stream.name, partition))
         return index

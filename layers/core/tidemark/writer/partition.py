@@ -157,7 +157,7 @@ class PartitionWriter:
             state = self._stage_numbered(records, state, outcome)
         else:
             state = self.stage(records, state, outcome, source=source)
-        outcome.duplicates = outcome.records_in - outcome.staged  # also when dedupe left nothing to stage
+        outcome.duplicates = outcome.records_in - outcome.staged  # redelivered, or dropped by dedupe
         if state.version != version and self._gc_due():  # just written: the stored state right now
             self.collect_garbage(state, outcome)
         state = self.rotate(state, outcome, drain=drain)
@@ -485,7 +485,6 @@ class PartitionWriter:
                 outcome.dead_lettered.update(item.reason for _offset, item in chunk if item.reason)
             if len(chunk) < len(fresh):  # make room for the next chunk
                 state = self.flush(self.rotate(state, outcome), outcome)
-        outcome.duplicates = outcome.records_in - outcome.staged
         return state
 
     def _chunk(

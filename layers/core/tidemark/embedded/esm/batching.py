@@ -9,8 +9,10 @@ shape (Kafka's by default; the Kinesis mapping passes ``kinesis_payload_size``).
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from tidemark.exceptions import ConfigError
 from tidemark.records.esm import payload_size
@@ -24,6 +26,10 @@ MAX_WINDOW_MS = 300_000
 # group key, on top of the records' sizes (``payload_size``); generous on purpose.
 ENVELOPE_BYTES = 2048
 GROUP_OVERHEAD_BYTES = 32
+POLL_TIMEOUT_S = 0.5  # how long an empty batch waits for a first record before the mapping idles
+
+Fetched = TypeVar("Fetched")
+Batched = TypeVar("Batched")
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,3 +94,31 @@ class BatchBuilder:
         records, self.records, self.payload_bytes, self.opened_ms = self.records, [], 0, None
         self.groups = set()
         return records
+
+
+def gather(
+    builder: BatchBuilder,
+    fetched: deque[Fetched],
+    *,
+    offer: Callable[[Fetched, int], bool],
+    take: Callable[[], list[Batched]],
+    receive: Callable[[float], None],
+    now_ms: Callable[[], int],
+) -> list[Batched]:
+    """The next batch from what the source delivered into ``fetched``; an empty list means
+    nothing arrived for a poll interval.
+
+    Received items move into the builder until it refuses one (the batch is full) or the window
+    closes; while the batch can still grow, ``receive`` waits for more for the window's rest.
+    """
+    while True:
+        while fetched and offer(fetched[0], now_ms()):
+            fetched.popleft()
+        now = now_ms()
+        if builder.ready(now) or (fetched and builder.records):
+            return take()
+        wait_ms = builder.remaining_ms(now) if builder.records else int(POLL_TIMEOUT_S * 1000)
+        before = len(fetched)
+        receive(max(wait_ms, 1) / 1000)
+        if len(fetched) == before and not builder.records:
+            return []

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tidemark.clock import Clock, MonotonicClock
-from tidemark.embedded.esm.batching import BatchBuilder, BatchLimits
+from tidemark.embedded.esm.batching import BatchBuilder, BatchLimits, gather
 from tidemark.embedded.esm.invokers import Invocation, Invoker
 from tidemark.embedded.kafka_clients import client_settings
 from tidemark.exceptions import TidemarkError
@@ -50,7 +50,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 STARTING_POSITIONS = {"TRIM_HORIZON": "earliest", "LATEST": "latest"}
-POLL_TIMEOUT_S = 0.5
 
 
 class MappingError(TidemarkError):
@@ -274,17 +273,14 @@ class EventSourceMapping:
     def next_batch(self) -> list[Record]:
         """Gather the next batch; an empty list means nothing arrived for a poll interval."""
         builder = self._builder
-        while True:
-            while self._fetched and builder.offer(self._fetched[0], self.clock.now_ms()):
-                self._fetched.popleft()
-            now = self.clock.now_ms()
-            if builder.ready(now) or (self._fetched and builder.records):
-                return builder.take()
-            wait_ms = builder.remaining_ms(now) if builder.records else int(POLL_TIMEOUT_S * 1000)
-            before = len(self._fetched)
-            self._consume(max(wait_ms, 1) / 1000)
-            if len(self._fetched) == before and not builder.records:
-                return []
+        return gather(
+            builder,
+            self._fetched,
+            offer=builder.offer,
+            take=builder.take,
+            receive=self._consume,
+            now_ms=self.clock.now_ms,
+        )
 
     # -- delivery -----------------------------------------------------------------------------
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tidemark.clock import Clock, MonotonicClock
-from tidemark.embedded.esm.batching import BatchBuilder, BatchLimits
+from tidemark.embedded.esm.batching import BatchBuilder, BatchLimits, gather
 from tidemark.embedded.esm.invokers import Invocation, Invoker
 from tidemark.embedded.esm.mapping import DeliveryError, MappingError, MappingStats
 from tidemark.records.model import Record
@@ -53,7 +53,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 #: how long one wait for messages lasts while no batch is open
-POLL_TIMEOUT_S = 0.5
 #: the AMQP ``prefetch-count`` is a 16-bit field (Amazon MQ's batch size stops at 10,000 anyway)
 MAX_PREFETCH = 65_535
 
@@ -256,18 +255,14 @@ class RabbitEventSourceMapping:
 
     def next_batch(self) -> list[Delivery]:
         """Gather the next batch; an empty list means nothing arrived for a poll interval."""
-        builder = self._builder
-        while True:
-            while self._fetched and self._offer(self._fetched[0], self.clock.now_ms()):
-                self._fetched.popleft()
-            now = self.clock.now_ms()
-            if builder.ready(now) or (self._fetched and builder.records):
-                return self._take()
-            wait_ms = builder.remaining_ms(now) if builder.records else int(POLL_TIMEOUT_S * 1000)
-            before = len(self._fetched)
-            self._wait(max(wait_ms, 1) / 1000)
-            if len(self._fetched) == before and not builder.records:
-                return []
+        return gather(
+            self._builder,
+            self._fetched,
+            offer=self._offer,
+            take=self._take,
+            receive=self._wait,
+            now_ms=self.clock.now_ms,
+        )
 
     # -- delivery -------------------------------------------------------------------------------
 
