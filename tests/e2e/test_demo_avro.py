@@ -87,6 +87,6 @@ def test_demo_with_avro_values_and_chaos_is_exactly_once(kafka_bootstrap, moto_e
     assert report["dead_letter_reasons"] == {"invalid_event_time": 3}  # created_at null or "yesterday"
     assert report["audit"]["clean"] and report["audit"]["records"] == 600
     replay = report["replay"]
-    assert (replay["equal"], replay["records"]) == (True, 600)
+    assert (replay["equal"], replay["records"], replay["timestamps_compared"]) == (True, 600, 600)
     assert "registry-decoded JSON" in replay["compared_with"]
     check_archive(kafka_bootstrap, moto_endpoint, report, topic, bucket)

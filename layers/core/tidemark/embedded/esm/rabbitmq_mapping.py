@@ -52,7 +52,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: how long one wait for messages lasts while no batch is open
 #: the AMQP ``prefetch-count`` is a 16-bit field (Amazon MQ's batch size stops at 10,000 anyway)
 MAX_PREFETCH = 65_535
 
