@@ -53,7 +53,8 @@ class PrefixScopedS3OnFailure:
     def bind(
         self, _target: lambda_.IEventSourceMapping, target_handler: lambda_.IFunction
     ) -> lambda_.DlqDestinationConfig:
-        self.access.put(target_handler, [ON_FAILURE_PREFIX])
+        # Lambda writes there, not our code: no conditional write to compare.
+        self.access.put(target_handler, [ON_FAILURE_PREFIX], conditional=False)
         # Lambda checks the destination bucket with ListBucket before it writes; a prefix
         # condition could deny that check, so this one grant is bucket-wide (names, not data).
         target_handler.add_to_role_policy(

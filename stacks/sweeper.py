@@ -133,7 +133,8 @@ class SweeperConstruct(Construct):
         access.put(self.functions.sweep_partition, every_stream + dead_letters)
         # Lists and heads (the checksum is in the object's metadata); never writes or deletes.
         access.read(self.functions.reconcile, every_stream + dead_letters, list_objects=True)
-        access.put(self.functions.complete_hours, [config.sweeper.manifests_prefix])
+        # Manifests are written with a plain PutObject (a new key per version of an hour).
+        access.put(self.functions.complete_hours, [config.sweeper.manifests_prefix], conditional=False)
         # Shard lineage of Kinesis streams (tidemark.sweeper.lineage): ListShards on those streams only.
         kinesis_arns = [stream.source.stream_arn for stream in config.streams if stream.source.stream_arn]
         if kinesis_arns:

@@ -257,12 +257,16 @@ def archiver_statements(stack: TidemarkStack, template: Template) -> list[dict[s
 
 def test_archiver_writes_only_its_streams_prefixes_and_never_deletes(stack: TidemarkStack, template: Template) -> None:
     statements = archiver_statements(stack, template)
-    (puts,) = [s for s in statements if "s3:PutObject" in listed(s["Action"])]
-    assert sorted(render(r) for r in listed(puts["Resource"])) == [
+    puts = [s for s in statements if "s3:PutObject" in listed(s["Action"])]
+    assert sorted(render(r) for s in puts for r in listed(s["Resource"])) == [
         "<ref>/aws/lambda/*",  # the mapping's on-failure destination
         "<ref>/errors/orders/*",
         "<ref>/raw/orders/*",
     ]
+    # a conditional upload that meets an existing object heads it (s3:GetObject): on its own
+    # prefixes only, not on the mapping's destination, which Lambda writes
+    (reads,) = [s for s in statements if "s3:GetObject" in listed(s["Action"])]
+    assert sorted(render(r) for r in listed(reads["Resource"])) == ["<ref>/errors/orders/*", "<ref>/raw/orders/*"]
     granted = {a for s in statements for a in listed(s["Action"])}
     assert not {a for a in granted if a.startswith(("s3:", "dynamodb:")) and "Delete" in a}
     assert "dynamodb:Scan" not in granted

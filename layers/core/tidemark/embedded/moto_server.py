@@ -30,6 +30,22 @@ incomplete), always:
   and no NextShardIterator (moto's iterator never ended and it never returned ChildShards).
 - MergeShards refuses a shard already closed by a split or merge (moto merged it again).
   SplitShard and MergeShards also keep OpenShardCount current.
+
+moto can enforce IAM server-wide (POST ``/moto-api/reset-auth`` with body ``0``; it is off by
+default). Where its authorization differs from AWS in what we use, it is patched to authorize as
+AWS does, always; the patches act only while enforcement is on, and change nothing when it is off:
+
+- DynamoDB authorizes an operation against the table's ARN, or the index's for Query and Scan
+  with IndexName (moto used "*", so a statement scoped to a table never matched).
+- A DynamoDB transaction is authorized item by item, each item as its own action (PutItem,
+  UpdateItem, DeleteItem, ConditionCheckItem; GetItem in TransactGetItems) on its table, and a
+  batch as BatchWriteItem or BatchGetItem on each of its tables (moto checked the operation's
+  own name, dynamodb:TransactWriteItems, once, against "*").
+- A DynamoDB denial is DynamoDB's AccessDeniedException (HTTP 400, JSON) naming the resource;
+  moto answered 403 with an XML body that botocore reads as error code "403".
+- S3 HeadObject or GetObject of a missing key answers 403 AccessDenied unless the caller may
+  s3:ListBucket the bucket (moto answered 404 whenever s3:GetObject was allowed). A ListBucket
+  Allow conditioned on s3:prefix does not count: HeadObject supplies no prefix.
 """
 
 from __future__ import annotations
@@ -200,6 +216,239 @@ def _reshard_kinesis_like_kinesis() -> None:
     KinesisResponse.get_records = get_records  # type: ignore[method-assign]
 
 
+def _iam_enforced() -> bool:
+    """Whether moto is enforcing IAM for the request being handled (as moto decides it)."""
+    from moto import settings
+    from moto.core.authorization import ActionAuthenticatorMixin
+
+    return bool(ActionAuthenticatorMixin.request_count >= settings.INITIAL_NO_AUTH_ACTION_COUNT)
+
+
+def _dynamodb_table_arn(handler: Any, table: str) -> str:
+    """The ARN of ``table`` (a name, or already an ARN, which DynamoDB also accepts)."""
+    if table.startswith("arn:"):
+        return table
+    return f"arn:{handler.partition}:dynamodb:{handler.region}:{handler.current_account}:table/{table}"
+
+
+def _deny_dynamodb_like_dynamodb() -> None:
+    """Answer a denied DynamoDB request as DynamoDB does.
+
+    moto raised its generic AccessDenied: HTTP 403 with an XML body, which botocore (DynamoDB
+    speaks JSON) reads as error code "403" with the XML as message. DynamoDB answers HTTP 400
+    with ``{"__type": "...#AccessDeniedException", "message": ...}`` naming the action and the
+    resource ("Error handling with DynamoDB", AccessDeniedException under HTTP status code 400:
+    https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Programming.Errors.html).
+    """
+    from moto.core.exceptions import AccessDeniedError, JsonRESTError
+    from moto.dynamodb.responses import DynamoHandler
+
+    class AccessDeniedException(JsonRESTError):
+        def __init__(self, message: str) -> None:
+            super().__init__("com.amazonaws.dynamodb.v20120810#AccessDeniedException", message)
+
+    moto_authorize = DynamoHandler._authenticate_and_authorize_action
+
+    def authorize(self: DynamoHandler, iam_request_cls: type, resource: str = "*") -> None:
+        try:
+            moto_authorize(self, iam_request_cls, resource)
+        except AccessDeniedError as denied:
+            raise AccessDeniedException(f"{denied.message} on resource: {resource}") from None
+
+    DynamoHandler._authenticate_and_authorize_action = authorize  # type: ignore[method-assign, assignment]
+
+
+def _authorize_dynamodb_on_table_arns() -> None:
+    """Authorize a DynamoDB operation against the ARN of the table it names.
+
+    moto authorized every DynamoDB request against resource "*", so a statement scoped to a
+    table (``arn:aws:dynamodb:us-east-1:123456789012:table/Ledger``) never matched: everything it
+    granted was denied, and only ``"Resource": "*"`` worked. DynamoDB authorizes item and table
+    actions on the table, ``arn:${Partition}:dynamodb:${Region}:${Account}:table/${TableName}``,
+    and Query and Scan of an index on ``.../table/${TableName}/index/${IndexName}`` (Service
+    Authorization Reference, "Actions, resources, and condition keys for Amazon DynamoDB":
+    https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazondynamodb.html).
+    moto's ``call_action`` asks a handler's ``_determine_resource`` for the resource (SQS and
+    IAM define one); this gives DynamoDB one. An operation naming a ResourceArn or TableArn
+    (tagging, exports) is authorized on it; one naming no table (ListTables) keeps "*".
+    Operations over several tables are the business of ``_authorize_dynamodb_items_like_aws``.
+    """
+    from moto.dynamodb.responses import DynamoHandler
+
+    def determine_resource(self: DynamoHandler) -> str:
+        params = getattr(self, "params", None)
+        if not isinstance(params, dict):
+            return "*"
+        table = params.get("TableName")
+        if isinstance(table, str) and table:
+            arn = _dynamodb_table_arn(self, table)
+            index = params.get("IndexName")
+            if self._get_action() in ("Query", "Scan") and isinstance(index, str) and index:
+                return f"{arn}/index/{index}"
+            return arn
+        for name in ("ResourceArn", "TableArn"):
+            if isinstance(params.get(name), str) and params[name]:
+                return str(params[name])
+        return "*"
+
+    # setattr: DynamoHandler has no _determine_resource of its own to replace.
+    setattr(DynamoHandler, "_determine_resource", determine_resource)  # noqa: B010
+
+
+def _authorize_dynamodb_items_like_aws() -> None:
+    """Authorize DynamoDB transactions item by item and batches table by table, as DynamoDB does.
+
+    moto checked the operation's own name once, against "*": ``dynamodb:TransactWriteItems``,
+    which a policy granting the item actions lacks (denied), and which a policy granting only it
+    has (allowed, whatever the items do). DynamoDB authorizes each item of a transaction as the
+    action it performs, on the item's table: Put as PutItem, Update as UpdateItem, Delete as
+    DeleteItem, ConditionCheck as ConditionCheckItem, and TransactGetItems' Get as GetItem ("Using
+    IAM with DynamoDB transactions": "Permissions for Put, Update, Delete, and Get actions are
+    governed by the permissions used for the underlying PutItem, UpdateItem, DeleteItem, and
+    GetItem operations. For the ConditionCheck action, you can use the dynamodb:ConditionCheckItem
+    permission",
+    https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/transaction-apis-iam.html).
+    A batch is not split that way: BatchWriteItem authorizes ``dynamodb:BatchWriteItem`` and
+    BatchGetItem ``dynamodb:BatchGetItem``, on each table it names (Service Authorization
+    Reference, "API operations defined by Amazon DynamoDB":
+    https://docs.aws.amazon.com/service-authorization/latest/reference/list_dynamodb.html).
+    Every check must pass; one denial is an AccessDeniedException for the whole request, and
+    nothing is written. While IAM is not enforced, moto's single check (which counts the
+    request towards reset-auth's allowance) runs unchanged.
+    """
+    from moto.dynamodb.responses import DynamoHandler
+    from moto.iam.access_control import IAMRequest
+
+    item_actions = {
+        "TransactWriteItems": {
+            "Put": "PutItem",
+            "Update": "UpdateItem",
+            "Delete": "DeleteItem",
+            "ConditionCheck": "ConditionCheckItem",
+        },
+        "TransactGetItems": {"Get": "GetItem"},
+    }
+    batches = ("BatchWriteItem", "BatchGetItem")
+
+    def checks(handler: DynamoHandler) -> list[tuple[str, str]]:
+        """(action, resource) for every item or table of a transaction or batch; [] otherwise."""
+        params = getattr(handler, "params", None)
+        operation = handler._get_action()
+        found: list[tuple[str, str]] = []
+        if not isinstance(params, dict):
+            return found
+        if operation in item_actions:
+            for item in params.get("TransactItems") or []:
+                for kind, request in item.items():
+                    action = item_actions[operation].get(kind)
+                    if action and isinstance(request, dict) and request.get("TableName"):
+                        found.append((action, _dynamodb_table_arn(handler, str(request["TableName"]))))
+        elif operation in batches:
+            found = [
+                (operation, _dynamodb_table_arn(handler, str(table))) for table in params.get("RequestItems") or {}
+            ]
+        return list(dict.fromkeys(found))
+
+    def request_as(action: str) -> Callable[..., IAMRequest]:
+        """moto's IAMRequest, for ``action`` rather than the operation's name."""
+
+        def make(**kwargs: Any) -> IAMRequest:
+            return IAMRequest(**{**kwargs, "action": action})
+
+        return make
+
+    moto_authorize = DynamoHandler._authenticate_and_authorize_normal_action
+
+    def authorize(self: DynamoHandler, resource: str = "*") -> None:
+        items = checks(self) if _iam_enforced() else []
+        if not items:
+            moto_authorize(self, resource)
+            return
+        for action, arn in items:
+            self._authenticate_and_authorize_action(request_as(action), arn)  # type: ignore[arg-type]
+
+    DynamoHandler._authenticate_and_authorize_normal_action = authorize  # type: ignore[method-assign, assignment]
+
+
+def _answer_missing_s3_keys_like_aws() -> None:
+    """Answer HeadObject and GetObject of a missing key 403 unless the caller may list the bucket.
+
+    moto answered 404 (NoSuchKey) whenever s3:GetObject was allowed. S3 answers 404 only to a
+    caller that also has s3:ListBucket on the bucket, and 403 AccessDenied to any other (HeadObject
+    API reference, "Permissions": "If the object you request doesn't exist, the error that Amazon
+    S3 returns depends on whether you also have the s3:ListBucket permission",
+    https://docs.aws.amazon.com/AmazonS3/latest/API/API_HeadObject.html; GetObject says the same,
+    https://docs.aws.amazon.com/AmazonS3/latest/API/API_GetObject.html). So once moto has allowed
+    s3:GetObject on a key the bucket does not hold (no versionId asked for; a delete marker
+    counts as missing, as S3 treats it), the caller's policies are asked for s3:ListBucket on
+    ``arn:aws:s3:::{bucket}``.
+
+    Conditions: moto evaluates none but StringEquals, and supplies no request values to those
+    either, so it would count a ListBucket Allow conditioned on ``"StringLike": {"s3:prefix":
+    ...}`` as unconditional. S3 supplies s3:prefix only to a listing, not to this check, so on AWS
+    that condition is false and the statement does not apply. Here an Allow statement whose
+    Condition names s3:prefix (any operator) does not count. A Deny statement that names it is
+    kept, its condition ignored as moto ignores it (so it applies): on AWS a negated operator
+    (StringNotLike) on the absent key makes such a Deny apply, and of the two possible mistakes
+    this keeps the one that answers 403 where AWS might answer 404, never 404 where AWS answers
+    403 (code that treats 404 as "absent" must not pass here and fail on AWS).
+    """
+    from moto.iam.access_control import IAMPolicy, PermissionResult, S3IAMRequest
+    from moto.s3.exceptions import S3AccessDeniedError, S3ClientError
+    from moto.s3.models import FakeKey
+    from moto.s3.responses import S3Response
+
+    def names_prefix(statement: Any) -> bool:
+        conditions = statement.get("Condition") if isinstance(statement, dict) else None
+        return isinstance(conditions, dict) and any(
+            isinstance(keys, dict) and any(str(key).lower() == "s3:prefix" for key in keys)
+            for keys in conditions.values()
+        )
+
+    def may_list(request: S3IAMRequest, bucket_arn: str) -> bool:
+        permitted = False
+        for policy in request._access_key.collect_policies():
+            iam_policy = IAMPolicy(policy)
+            statements = iam_policy._policy_json["Statement"]
+            statements = statements if isinstance(statements, list) else [statements]
+            kept = [s for s in statements if not (s.get("Effect") == "Allow" and names_prefix(s))]
+            iam_policy._policy_json = {**iam_policy._policy_json, "Statement": kept}
+            result = iam_policy.is_action_permitted("s3:ListBucket", bucket_arn)
+            if result == PermissionResult.DENIED:
+                return False
+            permitted = permitted or result == PermissionResult.PERMITTED
+        return permitted
+
+    moto_authorize = S3Response._authenticate_and_authorize_s3_action
+
+    def authorize(self: S3Response, bucket_name: str | None = None, key_name: str | None = None) -> None:
+        enforced = _iam_enforced()
+        moto_authorize(self, bucket_name=bucket_name, key_name=key_name)
+        if not (enforced and bucket_name and key_name and self.method in ("GET", "HEAD")):
+            return
+        if self.data.get("Action") != "GetObject" or "versionId" in self.querystring:
+            return
+        try:
+            bucket = self.backend.get_bucket(bucket_name)
+        except S3ClientError:
+            return  # no such bucket: moto's answer stands
+        if isinstance(bucket.keys.get(key_name), FakeKey):
+            return
+        request = S3IAMRequest(
+            account_id=self.current_account,
+            method=self.method,
+            path=self.raw_path,
+            data=self.data,
+            body=self.raw_body,
+            headers=self.headers,
+            action="ListBucket",
+        )
+        if not may_list(request, f"arn:{self.partition}:s3:::{bucket_name}"):
+            raise S3AccessDeniedError()
+
+    S3Response._authenticate_and_authorize_s3_action = authorize  # type: ignore[method-assign, assignment]
+
+
 def _execute_state_machines() -> None:
     from moto.core.config import default_user_config
 
@@ -211,6 +460,10 @@ def serve(host: str, port: int, *, lambda_proxy: str | None = None, execute_stat
     from werkzeug.serving import make_server
 
     _reshard_kinesis_like_kinesis()
+    _deny_dynamodb_like_dynamodb()
+    _authorize_dynamodb_on_table_arns()
+    _authorize_dynamodb_items_like_aws()
+    _answer_missing_s3_keys_like_aws()
     if lambda_proxy:
         _route_lambda_invocations(lambda_proxy)
     if execute_state_machines:

@@ -108,12 +108,26 @@ class Reconciler:
         return found
 
     def _head(self, key: str) -> dict[str, Any] | None:
+        """The metadata of an object the listing just showed, or ``None`` if it is gone since.
+
+        Existence is the listing's to decide, never a HEAD's: S3 answers a HEAD of a missing key
+        with 404 only to a caller allowed ``s3:ListBucket`` on the bucket, and with 403 otherwise
+        (HeadObject API reference, Permissions), and this step's ``s3:ListBucket`` is scoped by
+        ``s3:prefix``, which a HEAD does not carry. So a 403 is looked up once more by listing
+        the key itself: gone, it is missing; still there, the denial is real and raised."""
         try:
             return dict(self.s3.head_object(Bucket=self.bucket, Key=key))
         except ClientError as exc:
-            if exc.response["Error"]["Code"] in ("404", "NoSuchKey", "NotFound"):
+            code = exc.response["Error"]["Code"]
+            if code in ("404", "NoSuchKey", "NotFound"):
+                return None
+            if code in ("403", "AccessDenied") and not self._listed(key):
                 return None
             raise
+
+    def _listed(self, key: str) -> bool:
+        page = self.s3.list_objects_v2(Bucket=self.bucket, Prefix=key, MaxKeys=1)
+        return any(item["Key"] == key for item in page.get("Contents", []))
 
     def hours_to_check(self, stream: str, now_ms: int) -> tuple[list[str], dict[str, HourMark]]:
         timezone = self.runtime.config.stream(stream).event_time.timezone
@@ -176,11 +190,11 @@ class Reconciler:
         for item in committed:
             report.objects_checked += 1
             size = listing.get(item.key)
-            head = self._head(item.key) if size is None or full else None
-            if size is None and head is None:
+            head = self._head(item.key) if size is not None and full else None
+            if size is None or (full and head is None):
                 report.findings.append(Finding(MISSING, stream, hour, item.key, f"{item.records} records"))
                 continue
-            actual = size if size is not None else int(head["ContentLength"]) if head else 0
+            actual = size
             if actual != item.size:
                 report.findings.append(
                     Finding(SIZE_MISMATCH, stream, hour, item.key, f"ledger {item.size} bytes, S3 {actual}")

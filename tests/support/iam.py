@@ -1,0 +1,390 @@
+"""Running a function's real code under the IAM policy the synthesized template grants its role.
+
+A simulator is not AWS: moto evaluates no IAM unless asked, and then only roughly. This fixture
+closes that gap for the archive's own functions:
+
+1. **The template's grants.** The stack (or a construct in a bare stack) is synthesized; each
+   function role's statements are taken from the template (the role's inline policies and every
+   ``AWS::IAM::Policy`` attached to it), and their ``Ref``/``Fn::GetAtt``/``Fn::Join``/``Fn::Sub``
+   are resolved to the names of this test's bucket, tables and key (:class:`TemplateGrants`).
+2. **A moto server of its own, with IAM enforced.** moto's switch is server-wide, so never the
+   session's server. Setup runs before the switch; afterwards an admin user (``Allow * *``) sets
+   up and checks, and each role is assumed with STS (:class:`IamServer`). The server is
+   ``tidemark.embedded.moto_server``, whose patches make moto authorize like AWS where our code
+   depends on it (table ARNs, transactions per item, 403 for a missing key without ListBucket).
+3. **What each role used.** Every client made for a role records its calls, translated to the IAM
+   actions AWS authorizes (:func:`iam_actions`); a test compares them with the role's grants, so a
+   grant no code path uses is reported against :data:`ALLOWED_UNUSED` and its reasons.
+
+What moto cannot evaluate, and is asserted on the template instead (``CANNOT_EVALUATE``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.request
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import boto3
+from botocore.config import Config
+
+from tidemark.clock import ManualClock
+from tidemark.config import TidemarkConfig
+from tidemark.faults import CrashPoints
+from tidemark.ledger.dynamodb import ledger_table_schema
+from tidemark.runtime import Runtime
+
+ACCOUNT = "123456789012"
+REGION = "us-east-1"
+PARTITION = "aws"
+
+#: Grants the template gives a role that the suite's code paths do not exercise, each with its
+#: reason: AWS services use them on the function's behalf, or a library does on a failure the
+#: lifecycle does not provoke. (action, resource, reason), with ``*`` wildcards.
+ALLOWED_UNUSED: tuple[tuple[str, str, str], ...] = (
+    ("logs:*", "*", "Lambda writes the function's logs to its log group"),
+    ("ec2:*", "*", "Lambda manages a VPC function's network interfaces; the MSK mapping describes the VPC"),
+    ("elasticfilesystem:*", "*", "Lambda mounts the EFS access point (staging is a local directory here)"),
+    ("xray:*", "*", "the Lambda runtime's X-Ray daemon sends the traces"),
+    ("kms:*", "*", "S3 uses the archive key for SSE-KMS on the caller's behalf (moto checks no KMS use)"),
+    ("kafka-cluster:*", "*", "the event source mapping reads the topic as the function's role (IAM auth)"),
+    ("kafka:*", "*", "the event source mapping finds the cluster's brokers"),
+    ("kinesis:*", "*", "the event source mapping reads the shards (the sweeper's ListShards is ours)"),
+    ("mq:*", "*", "the event source mapping finds the Amazon MQ broker"),
+    ("secretsmanager:*", "*", "the event source mapping reads the broker's or registry's credentials"),
+    ("glue:*", "*", "the event source mapping reads the Glue schema registry"),
+    ("s3:*", "*/aws/lambda/*", "the event source mapping writes a batch it gave up on (its on-failure destination)"),
+    ("s3:ListBucket", "arn:aws:s3:::*", "the event source mapping checks its on-failure destination bucket"),
+    (
+        "s3:AbortMultipartUpload",
+        "*",
+        "boto3's transfer manager aborts a multipart upload whose part failed "
+        "(test_a_multipart_upload_under_the_archivers_role provokes it)",
+    ),
+)
+
+#: Conditions in the template that moto evaluates not at all (only ``StringEquals`` is compared,
+#: and then without request values) and that tests assert on the template instead.
+CANNOT_EVALUATE = (
+    "StringLike s3:prefix on s3:ListBucket (ListObjectsV2 is allowed here whatever its prefix)",
+    "StringEquals elasticfilesystem:AccessPointArn (no EFS here)",
+    "bucket policy conditions (aws:SecureTransport, s3:x-amz-server-side-encryption*)",
+    "KMS key policies and grants (moto does not authorize KMS use by S3)",
+)
+
+_S3_ACTIONS = {
+    "HeadObject": "s3:GetObject",
+    "GetObject": "s3:GetObject",
+    "PutObject": "s3:PutObject",
+    "CreateMultipartUpload": "s3:PutObject",
+    "UploadPart": "s3:PutObject",
+    "CompleteMultipartUpload": "s3:PutObject",
+    "AbortMultipartUpload": "s3:AbortMultipartUpload",
+    "ListObjectsV2": "s3:ListBucket",
+    "ListObjects": "s3:ListBucket",
+    "ListMultipartUploads": "s3:ListBucketMultipartUploads",
+    "DeleteObject": "s3:DeleteObject",
+}
+#: DynamoDB authorizes each item of a transaction as its own action (Using IAM with DynamoDB
+#: transactions: https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/transaction-apis-iam.html)
+_TRANSACT_ITEMS = {
+    "Put": "PutItem",
+    "Update": "UpdateItem",
+    "Delete": "DeleteItem",
+    "ConditionCheck": "ConditionCheckItem",
+}
+
+
+@dataclass(frozen=True, order=True)
+class Use:
+    """One authorization AWS makes for a call: an action on a resource."""
+
+    action: str
+    resource: str
+
+
+def iam_actions(service: str, operation: str, params: Mapping[str, Any]) -> list[Use]:
+    """The IAM actions and resources AWS authorizes for one API call."""
+    if service == "s3":
+        bucket, key = params.get("Bucket", ""), params.get("Key")
+        action = _S3_ACTIONS.get(operation, f"s3:{operation}")
+        resource = f"arn:{PARTITION}:s3:::{bucket}/{key}" if key is not None else f"arn:{PARTITION}:s3:::{bucket}"
+        if action == "s3:ListBucket" and params.get("Prefix"):
+            resource += f"?prefix={params['Prefix']}"
+        return [Use(action, resource)]
+    if service == "dynamodb":
+        table = f"arn:{PARTITION}:dynamodb:{REGION}:{ACCOUNT}:table/"
+        if operation == "TransactWriteItems":
+            return [
+                Use(f"dynamodb:{_TRANSACT_ITEMS[kind]}", table + body["TableName"])
+                for item in params["TransactItems"]
+                for kind, body in item.items()
+            ]
+        if operation == "BatchWriteItem":
+            return [Use("dynamodb:BatchWriteItem", table + name) for name in params["RequestItems"]]
+        name = params.get("TableName", "*")
+        if params.get("IndexName"):
+            name += f"/index/{params['IndexName']}"
+        return [Use(f"dynamodb:{operation}", table + name)]
+    return [Use(f"{service}:{operation}", "*")]
+
+
+class TemplateGrants:
+    """The statements each role of a synthesized template holds, resolved to physical names.
+
+    ``physical`` maps a logical id to its ``(Ref, Arn)``; a logical id it lacks resolves to a name
+    that matches nothing, so a grant on a resource this test did not create never allows a call."""
+
+    def __init__(self, template: Mapping[str, Any], physical: Mapping[str, tuple[str, str]]) -> None:
+        self.resources: Mapping[str, Any] = template["Resources"]
+        self.physical = dict(physical)
+
+    def resolve(self, value: Any) -> Any:
+        if isinstance(value, list):
+            return [self.resolve(item) for item in value]
+        if not isinstance(value, dict):
+            return value
+        if len(value) == 1:
+            ((name, arg),) = value.items()
+            if name == "Ref":
+                return self._ref(arg)
+            if name == "Fn::GetAtt":
+                logical, attribute = arg if isinstance(arg, list) else arg.split(".", 1)
+                return self._attribute(logical, attribute)
+            if name == "Fn::Join":
+                separator, parts = arg
+                return separator.join(str(self.resolve(part)) for part in parts)
+            if name == "Fn::Sub":
+                text = arg if isinstance(arg, str) else arg[0]
+                return re.sub(r"\$\{([^}]+)\}", lambda m: str(self._sub(m.group(1))), text)
+        return {key: self.resolve(item) for key, item in value.items()}
+
+    def _ref(self, logical: str) -> str:
+        pseudo = {
+            "AWS::Partition": PARTITION,
+            "AWS::Region": REGION,
+            "AWS::AccountId": ACCOUNT,
+            "AWS::URLSuffix": "amazonaws.com",
+        }
+        if logical in pseudo:
+            return pseudo[logical]
+        return self.physical.get(logical, (f"unresolved-{logical}", ""))[0]
+
+    def _attribute(self, logical: str, attribute: str) -> str:
+        if attribute == "Arn" and logical in self.physical:
+            return self.physical[logical][1]
+        return f"arn:{PARTITION}:unresolved:{REGION}:{ACCOUNT}:{logical}/{attribute}"
+
+    def _sub(self, name: str) -> str:
+        logical, _, attribute = name.partition(".")
+        return self._attribute(logical, attribute) if attribute else self._ref(logical)
+
+    def role_of(self, function_logical_id: str) -> str:
+        role = self.resources[function_logical_id]["Properties"]["Role"]
+        return str(role["Fn::GetAtt"][0])
+
+    def statements(self, role_logical_id: str) -> list[dict[str, Any]]:
+        """Every statement of the role's inline policies and attached ``AWS::IAM::Policy``s."""
+        found: list[dict[str, Any]] = []
+        role = self.resources[role_logical_id]["Properties"]
+        for policy in role.get("Policies", []):
+            found.extend(policy["PolicyDocument"]["Statement"])
+        for resource in self.resources.values():
+            if resource["Type"] == "AWS::IAM::Policy" and {"Ref": role_logical_id} in resource["Properties"]["Roles"]:
+                found.extend(resource["Properties"]["PolicyDocument"]["Statement"])
+        return [self.resolve(statement) for statement in found]
+
+    def environment(self, function_logical_id: str) -> dict[str, str]:
+        variables = self.resources[function_logical_id]["Properties"]["Environment"]["Variables"]
+        return {name: str(self.resolve(value)) for name, value in variables.items()}
+
+
+def granted(statements: list[dict[str, Any]]) -> set[Use]:
+    """The (action, resource) pairs the Allow statements name, as written (wildcards kept)."""
+    pairs: set[Use] = set()
+    for statement in statements:
+        if statement.get("Effect") != "Allow":
+            continue
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        resources = statement.get("Resource", "*")
+        for action in actions:
+            for resource in resources if isinstance(resources, list) else [resources]:
+                pairs.add(Use(action, resource))
+    return pairs
+
+
+def _matches(pattern: str, value: str) -> bool:
+    return re.fullmatch(".*".join(re.escape(part) for part in pattern.split("*")), value) is not None
+
+
+def covers(grant: Use, use: Use) -> bool:
+    """Does the grant allow the use (wildcards in the grant's action and resource)?"""
+    resource = use.resource.split("?prefix=", 1)[0]
+    return _matches(grant.action, use.action) and _matches(grant.resource, resource)
+
+
+def unused_grants(grants: set[Use], uses: set[Use]) -> set[Use]:
+    """The grants no recorded use needed."""
+    return {grant for grant in grants if not any(covers(grant, use) for use in uses)}
+
+
+def allowed_reason(grant: Use) -> str | None:
+    """Why a grant the code paths did not use is there (:data:`ALLOWED_UNUSED`), or ``None``."""
+    return next(
+        (
+            reason
+            for action, resource, reason in ALLOWED_UNUSED
+            if _matches(action, grant.action) and _matches(resource, grant.resource)
+        ),
+        None,
+    )
+
+
+@dataclass
+class RoleSession:
+    """A role's assumed credentials, and every IAM authorization its clients' calls needed."""
+
+    name: str
+    statements: list[dict[str, Any]]
+    session: boto3.Session
+    endpoint: str
+    uses: set[Use] = field(default_factory=set)
+
+    def client(self, service: str) -> Any:
+        client = self.session.client(
+            service, endpoint_url=self.endpoint, config=Config(retries={"mode": "standard", "max_attempts": 2})
+        )
+
+        def record(params: dict[str, Any], model: Any, **_: Any) -> None:
+            self.uses.update(iam_actions(service, model.name, params))
+
+        client.meta.events.register(f"provide-client-params.{service}", record)
+        return client
+
+
+class IamServer:
+    """A moto server with IAM enforced; an admin for setup and checks; roles to assume."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.endpoint = endpoint
+        bootstrap = boto3.Session(aws_access_key_id="testing", aws_secret_access_key="testing", region_name=REGION)
+        iam = bootstrap.client("iam", endpoint_url=endpoint)
+        iam.create_user(UserName="tidemark-admin")
+        iam.put_user_policy(
+            UserName="tidemark-admin",
+            PolicyName="admin",
+            PolicyDocument=json.dumps(
+                {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
+            ),
+        )
+        key = iam.create_access_key(UserName="tidemark-admin")["AccessKey"]
+        self.admin = boto3.Session(
+            aws_access_key_id=key["AccessKeyId"], aws_secret_access_key=key["SecretAccessKey"], region_name=REGION
+        )
+        self._set_auth("0")  # from here on every request is authorized, the admin's too
+
+    def _set_auth(self, count: str) -> None:
+        request = urllib.request.Request(
+            f"{self.endpoint}/moto-api/reset-auth",
+            data=count.encode(),
+            method="POST",
+            headers={"Content-Type": "text/plain"},  # a form type would leave the body unread
+        )
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            reply.read()
+
+    def admin_client(self, service: str) -> Any:
+        return self.admin.client(service, endpoint_url=self.endpoint)
+
+    def assume(self, name: str, statements: list[dict[str, Any]]) -> RoleSession:
+        """A role holding exactly ``statements`` (as one inline policy), assumed by the admin."""
+        iam = self.admin_client("iam")
+        role_name = f"{name}-{uuid.uuid4().hex[:8]}"[:64]
+        trust = {
+            "Version": "2012-10-17",
+            "Statement": [{"Effect": "Allow", "Principal": {"AWS": "*"}, "Action": "sts:AssumeRole"}],
+        }
+        arn = iam.create_role(RoleName=role_name, AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"]
+        iam.put_role_policy(
+            RoleName=role_name,
+            PolicyName="template",
+            PolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": statements}),
+        )
+        credentials = self.admin_client("sts").assume_role(RoleArn=arn, RoleSessionName=name[:64])["Credentials"]
+        session = boto3.Session(
+            aws_access_key_id=credentials["AccessKeyId"],
+            aws_secret_access_key=credentials["SecretAccessKey"],
+            aws_session_token=credentials["SessionToken"],
+            region_name=REGION,
+        )
+        return RoleSession(name, statements, session, self.endpoint)
+
+
+@dataclass
+class IamArchive:
+    """One test's bucket, ledger and staging directory on an :class:`IamServer`, with the
+    template's grants resolved to them. ``s3``/``dynamodb`` are the admin's (checks, as the
+    ``Archive`` fixture's are); :meth:`runtime` builds a function's runtime under its role."""
+
+    server: IamServer
+    bucket: str
+    table: str
+    staging_root: Path
+    clock: ManualClock
+    s3: Any
+    dynamodb: Any
+    roles: dict[str, RoleSession] = field(default_factory=dict)
+
+    @property
+    def endpoint(self) -> str:
+        return self.server.endpoint
+
+    @classmethod
+    def create(cls, server: IamServer, root: Path) -> IamArchive:
+        s3, dynamodb = server.admin_client("s3"), server.admin_client("dynamodb")
+        suffix = uuid.uuid4().hex[:10]
+        bucket, table = f"tidemark-archive-{suffix}", f"tidemark-ledger-{suffix}"
+        s3.create_bucket(Bucket=bucket)
+        dynamodb.create_table(**ledger_table_schema(table))
+        staging = root / f"staging-{suffix}"
+        staging.mkdir(parents=True)
+        return cls(server, bucket, table, staging, ManualClock(), s3, dynamodb)
+
+    def physical(
+        self, bucket_id: str, table_id: str, extra: Mapping[str, tuple[str, str]] = {}
+    ) -> dict[str, tuple[str, str]]:
+        """The template's logical ids of the bucket and ledger table, mapped to this archive's."""
+        return {
+            bucket_id: (self.bucket, f"arn:{PARTITION}:s3:::{self.bucket}"),
+            table_id: (self.table, f"arn:{PARTITION}:dynamodb:{REGION}:{ACCOUNT}:table/{self.table}"),
+            **extra,
+        }
+
+    def assume(self, name: str, statements: list[dict[str, Any]]) -> RoleSession:
+        role = self.roles[name] = self.server.assume(name, statements)
+        return role
+
+    def runtime(
+        self, config: TidemarkConfig, crash_points: CrashPoints | None = None, *, role: str = "archiver"
+    ) -> Runtime:
+        """A runtime whose S3 and DynamoDB clients hold ``role``'s credentials (the archiver's by
+        default, so the suite's harness helpers run as the archiver)."""
+        session = self.roles[role]
+        return Runtime.build(
+            config,
+            bucket=self.bucket,
+            table=self.table,
+            staging_root=str(self.staging_root),
+            clock=self.clock,
+            crash_points=crash_points,
+            s3_client=session.client("s3"),
+            dynamodb_client=session.client("dynamodb"),
+        )
+
+    def runtimes(self, config: TidemarkConfig, role: str = "archiver") -> Callable[[CrashPoints | None], Runtime]:
+        return lambda crash: self.runtime(config, crash, role=role)
