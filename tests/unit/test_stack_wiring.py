@@ -489,3 +489,33 @@ def test_the_sweeper_is_updated_before_the_archiver_writes_anything_new(
     resources = template.to_json()["Resources"]
     for archiver in archivers:
         assert sweep in resources[archiver].get("DependsOn", []), archiver
+
+
+def test_who_writes_or_reads_archive_objects_may_use_the_archive_key(stack: TidemarkStack, template: Template) -> None:
+    """SSE-KMS: S3 asks KMS on the caller's behalf, which no local S3 checks (DESIGN: Testing
+    against moto): every writer of archive objects holds GenerateDataKey on the archive key, every
+    reader Decrypt (a multipart upload needs Decrypt too)."""
+    key = logical_id(stack.storage.encryption_key)
+    policies = template.find_resources("AWS::IAM::Policy")
+    checked = 0
+    for policy in policies.values():
+        statements = policy["Properties"]["PolicyDocument"]["Statement"]
+        on_objects = {
+            action
+            for statement in statements
+            for action in listed(statement["Action"])
+            if action in ("s3:PutObject", "s3:GetObject")
+            and any("StorageArchiveBucket" in json.dumps(resource) for resource in listed(statement["Resource"]))
+        }
+        if not on_objects:
+            continue
+        on_key = {
+            action
+            for statement in statements
+            if statement["Resource"] == {"Fn::GetAtt": [key, "Arn"]}
+            for action in listed(statement["Action"])
+        }
+        needed = {"kms:Decrypt"} | ({"kms:GenerateDataKey"} if "s3:PutObject" in on_objects else set())
+        assert needed <= on_key, policy["Properties"]["Roles"]
+        checked += 1
+    assert checked == 5  # the archiver, SweepPartition, Reconcile, CompleteHours and the Spark job
