@@ -199,6 +199,7 @@ class ArchiveBuilder:
             pipeline=self.pipeline.state_machine if self.pipeline.enabled else None,
             emr_application_id=self.pipeline.application.attr_application_id if self.pipeline.enabled else None,
             kinesis=self.source.kinesis,
+            mappings=self.archiver.mappings,
         )
 
     # What another app wires to: the same objects as the attributes above, by what they are.

@@ -8,9 +8,20 @@ source mapping.
 A function per stream keeps each stream's grants to its own topic, group (or Kinesis stream) and
 key prefixes, and lets streams be sized and throttled apart. The mapping commits a batch's
 offsets (checkpoints a shard's sequence number) only after the function returned (invariant 6);
-a failing batch is retried until it succeeds unless an MSK stream sets ``archiver.retry_attempts``,
-and then its records go to the on-failure destination, the bucket's ``aws/lambda/`` prefix, so
-nothing is lost.
+a failing batch is retried until it succeeds.
+
+A Kafka mapping (MSK or self-managed) has no on-failure destination unless its retries are
+bounded (``kafka_retry_attempts``): AWS caps the retries of a mapping with a destination at 10
+when they are left unbounded ("When you configure both infinite retries and an on-failure
+destination, Lambda automatically applies a maximum of 10 retry attempts",
+https://docs.aws.amazon.com/lambda/latest/dg/kafka-on-failure-destination.html), and a batch it
+gives up on leaves the archive: an S3 or DynamoDB outage of a few minutes, a ledger that is full,
+a position reset waiting for its operator would each become loss. So a stream's batch is retried
+until it succeeds, unless the stream bounds its retries (``archiver.retry_attempts``) or uses the
+mapping's schema registry integration, which sends the records it cannot decode to the
+destination and drops them without one (Using schema registries with Kafka event sources). Then
+the destination is the bucket's ``aws/lambda/`` prefix and the ``AbandonedRecords`` alarm counts
+what reaches it; a registry stream that sets no bound gets AWS's largest, 10,000.
 
 Every function runs on the core layer; the function of a stream whose objects need Parquet, Avro
 or CSV (``needs_format_layer``) also on the formats layer, and only that one: the formats
@@ -39,6 +50,18 @@ from tidemark.exceptions import ConfigError
 
 #: where the mapping writes a batch it gave up on (Lambda names the keys below it)
 ON_FAILURE_PREFIX = "aws/lambda"
+#: MaximumRetryAttempts' largest value for a Kafka mapping (CreateEventSourceMapping: -1 to 10,000)
+MAX_KAFKA_RETRY_ATTEMPTS = 10_000
+
+
+def kafka_retry_attempts(stream: StreamConfig) -> int | None:
+    """The Kafka mapping's ``MaximumRetryAttempts``, or ``None`` for unbounded retries and no
+    on-failure destination (see the module docstring)."""
+    if stream.archiver.retry_attempts is not None:
+        return stream.archiver.retry_attempts
+    if stream.source.schema_registry is not None:
+        return MAX_KAFKA_RETRY_ATTEMPTS
+    return None
 
 
 @jsii.implements(lambda_.IEventSourceDlq)
@@ -168,6 +191,7 @@ class ArchiverConstruct(Construct):
     ) -> lambda_.EventSourceMapping:
         settings, src = stream.archiver, stream.source
         pollers = settings.provisioned_pollers
+        retry_attempts = kafka_retry_attempts(stream)
         return lambda_.EventSourceMapping(
             self,
             f"Mapping-{stream.name}",
@@ -181,20 +205,27 @@ class ArchiverConstruct(Construct):
             batch_size=src.batch_size,
             max_batching_window=Duration.seconds(int(src.batching_window.total_seconds())),
             starting_position=lambda_.StartingPosition[src.starting_position],
-            on_failure=PrefixScopedS3OnFailure(access),
-            support_s3_on_failure_destination=True,
-            retry_attempts=settings.retry_attempts,
+            on_failure=PrefixScopedS3OnFailure(access) if retry_attempts is not None else None,
+            support_s3_on_failure_destination=retry_attempts is not None,
+            retry_attempts=retry_attempts,
             provisioned_poller_config=(
                 lambda_.ProvisionedPollerConfig(minimum_pollers=pollers.minimum, maximum_pollers=pollers.maximum)
                 if pollers
                 else None
             ),
-            metrics_config=lambda_.MetricsConfig(
-                metrics=[
-                    lambda_.MetricType.EVENT_COUNT,
-                    lambda_.MetricType.ERROR_COUNT,
-                    lambda_.MetricType.KAFKA_METRICS,
-                ]
+            # A Kafka mapping's metrics (MetricsConfig) come with provisioned mode only ("Observability
+            # features (LogLevel and MetricsConfig) are only available when using provisioned mode",
+            # aws-cdk-lib's aws-lambda-event-sources README); the function's OffsetLag needs none.
+            metrics_config=(
+                lambda_.MetricsConfig(
+                    metrics=[
+                        lambda_.MetricType.EVENT_COUNT,
+                        lambda_.MetricType.ERROR_COUNT,
+                        lambda_.MetricType.KAFKA_METRICS,
+                    ]
+                )
+                if pollers
+                else None
             ),
         )
 

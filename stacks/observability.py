@@ -27,6 +27,7 @@ from aws_cdk import aws_sns_subscriptions as subscriptions
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
+from stacks.archiver import ON_FAILURE_PREFIX, kafka_retry_attempts
 from stacks.source import KinesisSource, RabbitMQSource
 from tidemark.config import StreamConfig, TidemarkConfig
 
@@ -113,8 +114,17 @@ class ObservabilityConstruct(Construct):
         pipeline: sfn.IStateMachine | None = None,
         emr_application_id: str | None = None,
         kinesis: Mapping[str, KinesisSource] | None = None,
+        mappings: Mapping[str, lambda_.IEventSourceMapping] | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
+        self._mappings = dict(mappings or {})
+        missing = [
+            s.name for s in config.streams if kafka_retry_attempts(s) is not None and s.name not in self._mappings
+        ]
+        if missing:
+            raise ValueError(
+                f"observability needs the event source mapping of every stream with bounded retries; missing {missing}"
+            )
         missing = [stream.name for stream in config.streams if stream.name not in archivers]
         if missing:
             raise ValueError(f"observability needs the archiver function of every stream; missing {missing}")
@@ -300,6 +310,41 @@ class ObservabilityConstruct(Construct):
         alarm.add_alarm_action(self._action)
         return alarm
 
+    def _abandoned_alarm(self, stream: StreamConfig) -> cw.Alarm:
+        """Records a Kafka mapping gave up on: written to its on-failure destination after
+        ``MaximumRetryAttempts`` (or rejected by its schema registry integration), or dropped when
+        even that write failed ("For the DroppedEventCount metric, Lambda emits a number equal to
+        the number of events that failed delivery", Types of metrics for Lambda functions: event
+        source mapping metrics, by ``EventSourceMappingUUID``). None of them is in the archive."""
+        name, mapping = stream.name, self._mappings[stream.name]
+
+        def esm_metric(metric: str) -> cw.Metric:
+            return cw.Metric(
+                namespace="AWS/Lambda",
+                metric_name=metric,
+                dimensions_map={"EventSourceMappingUUID": mapping.event_source_mapping_id},
+                statistic="Sum",
+                period=PERIOD,
+            )
+
+        abandoned = cw.MathExpression(
+            expression="FILL(delivered, 0) + FILL(dropped, 0)",
+            using_metrics={
+                "delivered": esm_metric("OnFailureDestinationDeliveredEventCount"),
+                "dropped": esm_metric("DroppedEventCount"),
+            },
+            label="records given up on",
+            period=PERIOD,
+        )
+        return self._alarm(
+            f"AbandonedRecords-{name}",
+            abandoned,
+            f"{name}: the event source mapping gave up on records after its retries (archiver.retry_attempts) or "
+            "its schema registry could not decode them: they are NOT in the archive. The on-failure destination "
+            f"(s3://<bucket>/{ON_FAILURE_PREFIX}/) names each batch's topic, partition and offsets; archive them "
+            "again from Kafka before the topic's retention expires (`tidemark audit` lists the missing offsets)",
+        )
+
     def _stream_alarms(self, stream: StreamConfig, fn: lambda_.IFunction) -> list[cw.Alarm]:
         settings = self._config.alarms
         name = stream.name
@@ -331,7 +376,12 @@ class ObservabilityConstruct(Construct):
             self._alarm(
                 f"ArchiverErrors-{name}",
                 fn.metric_errors(period=PERIOD),
-                f"{name}: archiver invocations failed (the batch is retried; offsets do not advance)",
+                f"{name}: archiver invocations failed (the batch is retried; offsets do not advance"
+                + (
+                    "; after archiver.retry_attempts it is abandoned: see AbandonedRecords)"
+                    if kafka_retry_attempts(stream) is not None
+                    else ")"
+                ),
                 periods=settings.evaluation_periods,
             ),
             self._alarm(
@@ -359,6 +409,7 @@ class ObservabilityConstruct(Construct):
                 reset + ": the archiver refuses the batch until an operator starts a new epoch "
                 "with `tidemark epoch start` (see README 'Epochs')",
             ),
+            *([self._abandoned_alarm(stream)] if kafka_retry_attempts(stream) is not None else []),
         ]
 
     def _shared_alarms(self) -> list[cw.Alarm]:

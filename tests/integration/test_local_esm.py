@@ -180,3 +180,67 @@ def test_after_a_rebalance_latest_resumes_where_delivery_began_not_at_the_log_en
     assert set(counts) == {r.offset for r in produced}  # nothing skipped
     assert counts[0] == 3  # the first batch came three times: two lost commits
     assert mapping.stats.rebalances == 2
+
+
+class RecordingDestination:
+    def __init__(self) -> None:
+        self.sent: list[tuple[list[int], str]] = []
+
+    def send(self, records, reason: str, detail: str) -> None:
+        self.sent.append(([record.offset for record in records], reason))
+
+
+def test_with_a_destination_and_unbounded_retries_aws_gives_up_after_10_and_moves_on(kafka_bootstrap):
+    """AWS: "When you configure both infinite retries and an on-failure destination, Lambda
+    automatically applies a maximum of 10 retry attempts" (Kafka on-failure destinations): the
+    batch goes to the destination and its offsets are committed -- it is not in the archive. The
+    stack therefore gives a Kafka mapping a destination only with bounded retries."""
+    topic = new_topic(kafka_bootstrap, 1)
+    produced = produce_round_robin(kafka_bootstrap, topic, 10, 1)
+    invoker = ScriptedInvoker(fail=set(range(1, 12)))  # the first attempt and 10 retries fail
+    destination = RecordingDestination()
+    mapping, group = mapping_for(kafka_bootstrap, topic, invoker, config={"on_failure": destination})
+
+    run_to_end(mapping, produced)
+
+    assert len(invoker.events) == 11
+    assert destination.sent == [(list(range(10)), "RetryAttemptsExhausted")]
+    assert (mapping.stats.abandoned_batches, mapping.stats.abandoned_records) == (1, 10)
+    assert committed_offsets(kafka_bootstrap, group, topic, 1) == {0: 10}  # moved past the batch
+
+
+def test_bounded_retries_send_the_batch_to_the_destination_after_that_many(kafka_bootstrap):
+    topic = new_topic(kafka_bootstrap, 1)
+    produced = produce_round_robin(kafka_bootstrap, topic, 20, 1)
+    invoker = ScriptedInvoker(fail={1, 2, 3})  # one attempt and two retries of the first batch
+    destination = RecordingDestination()
+    mapping, group = mapping_for(
+        kafka_bootstrap,
+        topic,
+        invoker,
+        config={"on_failure": destination, "retry_attempts": 2},
+        limits=BatchLimits(batch_size=10, window_ms=200),
+    )
+
+    run_to_end(mapping, produced)
+
+    assert destination.sent == [(list(range(10)), "RetryAttemptsExhausted")]
+    assert delivered(invoker.events[3:]) == produced[10:]  # the next batch is delivered as usual
+    assert committed_offsets(kafka_bootstrap, group, topic, 1) == {0: 20}
+
+
+def test_without_a_destination_retries_are_unbounded(kafka_bootstrap):
+    """The stack's default: a failing batch is retried, never given up (here until the local
+    mapping's own safety stop, which AWS does not have)."""
+    topic = new_topic(kafka_bootstrap, 1)
+    produced = produce_round_robin(kafka_bootstrap, topic, 10, 1)
+    invoker = ScriptedInvoker(fail=set(range(1, 40)))
+    mapping, group = mapping_for(kafka_bootstrap, topic, invoker, config={"max_attempts": 30})
+    assert mapping.config.retry_limit is None
+
+    with pytest.raises(DeliveryError):
+        run_to_end(mapping, produced)
+
+    assert len(invoker.events) == 30  # past AWS's 10: no cap without a destination
+    assert mapping.stats.abandoned_batches == 0
+    assert committed_offsets(kafka_bootstrap, group, topic, 1) == {0: -1001}

@@ -78,7 +78,21 @@ def produce(bootstrap: str, topic: str, values: list[tuple[int, bytes]]) -> dict
     return dict(ends)
 
 
-def run(bootstrap: str, topic: str, decoder: RegistryDecoder, ends: dict[int, int]) -> tuple[EventSourceMapping, str]:
+class Destination:
+    """The on-failure destination: what the integration rejected, with AWS's reason."""
+
+    def __init__(self) -> None:
+        self.reasons: Counter[str] = Counter()
+        self.offsets: set[tuple[int, int]] = set()
+
+    def send(self, records: list[Any], reason: str, detail: str) -> None:
+        self.reasons[reason] += len(records)
+        self.offsets.update((record.partition, record.offset) for record in records)
+
+
+def run(
+    bootstrap: str, topic: str, decoder: RegistryDecoder, ends: dict[int, int], on_failure: Destination | None = None
+) -> tuple[EventSourceMapping, str]:
     group = f"g-{uuid.uuid4().hex[:8]}"
     config = MappingConfig(
         bootstrap,
@@ -87,6 +101,7 @@ def run(bootstrap: str, topic: str, decoder: RegistryDecoder, ends: dict[int, in
         limits=BatchLimits(batch_size=50, window_ms=200),
         event_source=EventSource(bootstrap, event_source="SelfManagedKafka"),
         registry=decoder,
+        on_failure=on_failure,
     )
     invoker = Recorder()
     mapping = EventSourceMapping(config, invoker)
@@ -117,7 +132,8 @@ def test_decoded_values_with_schema_metadata_are_delivered_and_rejected_records_
         values.append((n % PARTITIONS, good))
     ends = produce(kafka_bootstrap, topic, values)
 
-    mapping, group = run(kafka_bootstrap, topic, decoder, ends)
+    destination = Destination()
+    mapping, group = run(kafka_bootstrap, topic, decoder, ends, destination)
 
     invoker = mapping.invoker
     assert isinstance(invoker, Recorder)
@@ -137,6 +153,10 @@ def test_decoded_values_with_schema_metadata_are_delivered_and_rejected_records_
     assert mapping.stats.records == len(records) == 120 - 12 - 12 - 1
     assert mapping.stats.registry_rejected == 25
     assert mapping.stats.registry_reasons == {SCHEMA_NOT_FOUND: 13, DESERIALIZATION_ERROR: 12}
+    # with an on-failure destination, each rejected record goes there with its reason (AWS drops
+    # them without one: the stack always configures one for a registry stream)
+    assert destination.reasons == {SCHEMA_NOT_FOUND: 13, DESERIALIZATION_ERROR: 12}
+    assert len(destination.offsets) == 25
 
 
 def test_a_batch_the_integration_rejects_whole_is_committed_without_an_invocation(kafka_bootstrap, registry_and_secret):

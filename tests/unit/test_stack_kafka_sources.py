@@ -182,6 +182,14 @@ def test_a_glue_registry_reaches_the_mapping_with_grants_on_it_only(example_conf
         "SchemaValidationConfigs": [{"Attribute": "KEY"}, {"Attribute": "VALUE"}],
     }
     assert mapping(template)["ProvisionedPollerConfig"] == {"MinimumPollers": 1, "MaximumPollers": 4}
+    # records the registry cannot decode go to the on-failure destination (none: dropped), and with
+    # one AWS caps unbounded retries at 10: the bound is AWS's largest, and the destination alarms
+    assert mapping(template)["MaximumRetryAttempts"] == 10_000
+    assert "OnFailure" in mapping(template)["DestinationConfig"]
+    alarm_names = json.dumps(
+        [a["Properties"]["AlarmName"] for a in template.find_resources("AWS::CloudWatch::Alarm").values()]
+    )
+    assert "AbandonedRecords-orders" in alarm_names
     statements = archiver_statements(template)
     assert actions_on(statements, REGISTRY) == {"glue:GetRegistry", "glue:GetSchemaVersion"}
     assert "glue:*" not in json.dumps(statements)

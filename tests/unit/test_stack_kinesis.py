@@ -125,7 +125,7 @@ def test_one_mapping_per_stream_and_the_msk_one_unchanged(
     msk = mapping_of(stack, template, "orders")
     assert msk["EventSourceArn"] == example_config.streams[0].source.cluster_arn
     assert msk["Topics"] == ["orders"]
-    assert msk["MetricsConfig"] == {"Metrics": ["EventCount", "ErrorCount", "KafkaMetrics"]}
+    assert "MetricsConfig" not in msk and "DestinationConfig" not in msk  # on-demand, unbounded retries
     assert "MaximumRetryAttempts" not in msk and "ParallelizationFactor" not in msk
 
 

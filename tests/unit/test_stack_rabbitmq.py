@@ -190,7 +190,7 @@ def test_kafka_and_rabbitmq_side_by_side(mixed: tuple[TidemarkStack, Template], 
     # the MSK stream's mapping is the one it always had
     assert msk["EventSourceArn"] == example_config.streams[0].source.cluster_arn
     assert msk["Topics"] == ["orders"] and "Queues" not in msk
-    assert msk["MetricsConfig"] == {"Metrics": ["EventCount", "ErrorCount", "KafkaMetrics"]}
+    assert "MetricsConfig" not in msk and "DestinationConfig" not in msk  # on-demand, unbounded retries
     assert rabbitmq["Queues"] == ["payments"] and "Topics" not in rabbitmq
     # each archiver holds its own source's grants only
     kafka_role, mq_role = role_statements(stack, template, "orders"), role_statements(stack, template, "payments")

@@ -192,3 +192,51 @@ def test_a_job_setting_too_long_for_an_emr_property_fails_synth(example_config: 
             environment={"TIDEMARK_X": "x" * 1025},
             runtime_config=example_config.runtime_json(),
         )
+
+
+def test_bounded_retries_get_the_on_failure_destination_and_its_alarm(example_config: TidemarkConfig) -> None:
+    """With a destination AWS caps unbounded Kafka retries at 10, so a mapping has one only when
+    the stream bounds its retries; then what reaches it (or is dropped) alarms."""
+    stream = stream_data(example_config)
+    stream["archiver"] = {"provisioned_pollers": {"minimum": 1, "maximum": 4}, "retry_attempts": 5}
+    stack, template = synth_stack(with_changes(example_config, streams=[stream]), nag=False)
+    template.has_resource_properties(
+        "AWS::Lambda::EventSourceMapping",
+        {
+            "MaximumRetryAttempts": 5,
+            "DestinationConfig": {
+                "OnFailure": {"Destination": {"Fn::GetAtt": [logical_id(stack.storage.bucket), "Arn"]}}
+            },
+            "MetricsConfig": {"Metrics": ["EventCount", "ErrorCount", "KafkaMetrics"]},
+        },
+    )
+    mapping = logical_id(stack.archiver.mappings["orders"])
+    (alarm,) = [
+        props
+        for props in (r["Properties"] for r in template.find_resources("AWS::CloudWatch::Alarm").values())
+        if "AbandonedRecords-orders" in json.dumps(props.get("AlarmName", ""))
+    ]
+    metrics = {m["MetricStat"]["Metric"]["MetricName"]: m for m in alarm["Metrics"] if "MetricStat" in m}
+    assert set(metrics) == {"OnFailureDestinationDeliveredEventCount", "DroppedEventCount"}
+    for metric in metrics.values():
+        assert metric["MetricStat"]["Metric"]["Dimensions"] == [
+            {"Name": "EventSourceMappingUUID", "Value": {"Ref": mapping}}
+        ]
+
+
+def test_unbounded_retries_have_no_destination_and_no_abandoned_alarm(example_config: TidemarkConfig) -> None:
+    stream = stream_data(example_config)
+    stream["archiver"] = {"provisioned_pollers": {"minimum": 1, "maximum": 4}}
+    _, template = synth_stack(with_changes(example_config, streams=[stream]), nag=False)
+    template.has_resource_properties(
+        "AWS::Lambda::EventSourceMapping",
+        {
+            "DestinationConfig": Match.absent(),
+            "MaximumRetryAttempts": Match.absent(),
+            "MetricsConfig": {"Metrics": ["EventCount", "ErrorCount", "KafkaMetrics"]},
+        },
+    )
+    names = json.dumps(
+        [r["Properties"].get("AlarmName") for r in template.find_resources("AWS::CloudWatch::Alarm").values()]
+    )
+    assert "AbandonedRecords" not in names

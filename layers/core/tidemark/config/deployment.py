@@ -115,9 +115,11 @@ class ArchiverFunctionSettings(_Model):
     timeout: Duration = timedelta(minutes=5)
     reserved_concurrency: int | None = Field(default=None, ge=1, le=1000)
     provisioned_pollers: ProvisionedPollersSettings | None = None
-    #: None retries a failing batch until it succeeds (the exactly-once default). A number sends
-    #: the batch's records to the on-failure destination (the bucket's aws/lambda/ prefix) after
-    #: that many retries; Lambda supports this for Kafka only in provisioned mode.
+    #: None retries a failing batch until it succeeds, with no on-failure destination (the
+    #: exactly-once default: with a destination, AWS caps unbounded Kafka retries at 10). A number
+    #: sends the batch's records to the on-failure destination (the bucket's aws/lambda/ prefix)
+    #: after that many retries, alarmed; Lambda supports this for Kafka only in provisioned mode.
+    #: A schema registry stream gets 10,000 (AWS's largest) when unset (stacks.archiver).
     retry_attempts: int | None = Field(default=None, ge=0, le=10_000)
     #: auto: the formats layer (pyarrow, fastavro, zstandard) only while the stream's format needs
     #: it; always: keep it -- when moving a stream off Parquet, Avro, CSV or zstd, until the

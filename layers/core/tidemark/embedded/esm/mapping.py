@@ -8,13 +8,21 @@ Behaves like the Lambda event source mapping for MSK / self-managed Kafka:
   as byte arrays (``tidemark.records.esm``);
 * offsets are committed to the consumer group only after the function returned;
 * a failed invocation is retried with the whole batch, unchanged, until it succeeds (or
-  ``max_attempts`` is exhausted, which stops the mapping with ``DeliveryError``);
+  ``max_attempts`` is exhausted, which stops the mapping with ``DeliveryError``: a local safety,
+  AWS would keep retrying) -- unless the retries are bounded: ``retry_attempts``, or AWS's 10
+  when an on-failure destination is set and they are not ("When you configure both infinite
+  retries and an on-failure destination, Lambda automatically applies a maximum of 10 retry
+  attempts", https://docs.aws.amazon.com/lambda/latest/dg/kafka-on-failure-destination.html).
+  Then, retries exhausted, the batch goes to the destination (``OnFailureDestination``) -- or is
+  dropped without one -- its offsets are committed and the mapping moves on, as AWS does;
 * invocations are sequential, so no partition ever has two invocations in flight;
 * with a schema registry integration (``MappingConfig.registry``, ``registry.py``), each batch is
   validated and decoded first: records the integration rejects are not delivered, but their
   offsets are committed with the batch's (AWS moves past them), and a batch left empty is
-  committed without an invocation. The batch limits apply to the records as fetched, before
-  decoding (a decoded JSON value is larger than its Avro bytes).
+  committed without an invocation. They go to the on-failure destination with their reason, or
+  are dropped without one (Using schema registries with Kafka event sources in Lambda). The
+  batch limits apply to the records as fetched, before decoding (a decoded JSON value is larger
+  than its Avro bytes).
 
 A "rebalance" (``rebalance()``) closes the consumer and joins the group again, so delivery
 restarts from the committed offsets -- what happens to a real ESM when brokers or pollers move.
@@ -31,7 +39,7 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tidemark.clock import Clock, MonotonicClock
 from tidemark.embedded.esm.batching import BatchBuilder, BatchLimits, gather
@@ -60,6 +68,17 @@ class DeliveryError(MappingError):
     """A batch failed ``max_attempts`` times in a row (the function keeps erroring)."""
 
 
+#: the retries AWS applies to a Kafka mapping with an on-failure destination and unbounded retries
+AWS_RETRIES_WITH_DESTINATION = 10
+
+
+class OnFailureDestination(Protocol):
+    """Where a mapping sends what it gives up on (AWS: an S3 bucket, SNS topic, SQS queue or Kafka
+    topic): a batch whose retries are exhausted, or records its registry integration rejected."""
+
+    def send(self, records: list[Record], reason: str, detail: str) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class MappingConfig:
     bootstrap_servers: str
@@ -70,6 +89,16 @@ class MappingConfig:
     max_attempts: int = 25
     event_source: EventSource | None = None  # defaults to a self-managed Kafka source
     registry: RegistryDecoder | None = None  # the schema registry integration (source.schema_registry)
+    #: MaximumRetryAttempts (``None``: unbounded, AWS's -1) and the on-failure destination
+    retry_attempts: int | None = None
+    on_failure: OnFailureDestination | None = None
+
+    @property
+    def retry_limit(self) -> int | None:
+        """The retries after which a failing batch is given up on (``None``: never), by AWS's rule."""
+        if self.retry_attempts is None and self.on_failure is not None:
+            return AWS_RETRIES_WITH_DESTINATION
+        return self.retry_attempts
 
     def __post_init__(self) -> None:
         if self.starting_position not in STARTING_POSITIONS:
@@ -108,6 +137,8 @@ class MappingStats:
     errors: list[str] = field(default_factory=list)  # distinct function errors seen
     registry_rejected: int = 0  # records the registry integration did not deliver (redeliveries count again)
     registry_reasons: dict[str, int] = field(default_factory=dict)  # those records by AWS's reason
+    abandoned_batches: int = 0  # batches given up on after their retries (AWS's rule)
+    abandoned_records: int = 0
 
     def plus(self, other: MappingStats) -> MappingStats:
         """Both mappings' deliveries (the demo runs a second one after recreating its topic)."""
@@ -126,16 +157,28 @@ class MappingStats:
                 reason: self.registry_reasons.get(reason, 0) + other.registry_reasons.get(reason, 0)
                 for reason in sorted({*self.registry_reasons, *other.registry_reasons})
             },
+            abandoned_batches=self.abandoned_batches + other.abandoned_batches,
+            abandoned_records=self.abandoned_records + other.abandoned_records,
         )
 
 
 def invoke_whole(
-    invoker: Invoker, event: dict[str, Any], records: int, stats: MappingStats, max_attempts: int, what: str
+    invoker: Invoker,
+    event: dict[str, Any],
+    records: int,
+    stats: MappingStats,
+    max_attempts: int,
+    what: str,
+    *,
+    retry_limit: int | None = None,
 ) -> Invocation:
     """Invoke until the batch succeeds -- the same event, whole, every time, as the Lambda mapping
     retries -- counting attempts, failures and the delivered batch in ``stats``. After
-    ``max_attempts`` failures the mapping stops: ``DeliveryError`` naming ``what``."""
-    for attempt in range(1, max_attempts + 1):
+    ``max_attempts`` failures the mapping stops: ``DeliveryError`` naming ``what``. With a
+    ``retry_limit``, after the first attempt and that many retries the failed invocation is
+    returned instead (the caller gives the batch up, as AWS does)."""
+    attempts = max_attempts if retry_limit is None else min(max_attempts, retry_limit + 1)
+    for attempt in range(1, attempts + 1):
         stats.invocations += 1
         result = invoker.invoke(event)
         if result.ok:
@@ -146,6 +189,11 @@ def invoke_whole(
             stats.errors.append(result.error)
         logger.info("invocation failed; retrying the batch", extra={"attempt": attempt, "error": result.error})
     else:
+        if retry_limit is not None and attempts == retry_limit + 1:
+            stats.abandoned_batches += 1
+            stats.abandoned_records += records
+            logger.warning("retries exhausted; the mapping gives the batch up", extra={"batch": what})
+            return result
         raise DeliveryError(f"{what} failed {max_attempts} times; last error: {result.error}")
     stats.batches += 1
     stats.records += records
@@ -292,15 +340,20 @@ class EventSourceMapping:
         result = None
         if delivered:
             first = delivered[0]
+            what = f"batch of {len(delivered)} records starting at {first.topic}-{first.partition}@{first.offset}"
             result = invoke_whole(
                 self.invoker,
                 build_event(delivered, self._source),
                 len(delivered),
                 self.stats,
                 self.config.max_attempts,
-                f"batch of {len(delivered)} records starting at {first.topic}-{first.partition}@{first.offset}",
+                what,
+                retry_limit=self.config.retry_limit,
             )
-            if self._on_delivered is not None:
+            if not result.ok:  # retries exhausted: to the destination (or dropped), and move on
+                if self.config.on_failure is not None:
+                    self.config.on_failure.send(delivered, "RetryAttemptsExhausted", result.error or "")
+            elif self._on_delivered is not None:
                 self._on_delivered(delivered, result)
         if self._lose_commit() or not self._commit(records):
             self.stats.lost_commits += 1
@@ -313,7 +366,10 @@ class EventSourceMapping:
         if registry is None:
             return records
         batch = registry.decode(records)
+        destination = self.config.on_failure
         for rejection in batch.rejected:
+            if destination is not None:
+                destination.send([rejection.record], rejection.reason, rejection.detail)
             self.stats.registry_rejected += 1
             self.stats.registry_reasons[rejection.reason] = self.stats.registry_reasons.get(rejection.reason, 0) + 1
             logger.warning(
