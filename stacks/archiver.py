@@ -35,7 +35,7 @@ from datetime import UTC
 from pathlib import Path
 
 import jsii
-from aws_cdk import Duration
+from aws_cdk import Annotations, Duration
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
@@ -136,6 +136,13 @@ class ArchiverConstruct(Construct):
                 raise ConfigError(
                     f"streams[{index}].archiver.provisioned_pollers: provisioned mode is for Kafka event source "
                     "mappings; a RabbitMQ mapping runs one invocation at a time"
+                )
+            if stream.source.kind != "rabbitmq" and stream.source.starting_position == "LATEST":
+                Annotations.of(self).add_warning_v2(
+                    f"tidemark:latest-starting-position-{stream.name}",
+                    f"streams[{index}].source.starting_position: LATEST can miss records while the event source "
+                    'mapping is created or updated ("specify either TRIM_HORIZON or AT_TIMESTAMP", Apache Kafka '
+                    "polling and stream starting positions in Lambda): records produced meanwhile are not archived",
                 )
             fn = self._function(stream, code, layers, environment, placement)
             grant_ledger(ledger_table, fn)

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 import pytest
-from aws_cdk.assertions import Match, Template
+from aws_cdk.assertions import Annotations, Match, Template
 
 from stacks.pipeline import PipelineConstruct
 from tests.support.cdk import REPO, TEST_ENV, cdk_context, logical_id, synth_stack, with_changes
@@ -240,3 +240,15 @@ def test_unbounded_retries_have_no_destination_and_no_abandoned_alarm(example_co
         [r["Properties"].get("AlarmName") for r in template.find_resources("AWS::CloudWatch::Alarm").values()]
     )
     assert "AbandonedRecords" not in names
+
+
+def test_a_latest_starting_position_is_warned_about_at_synth(example_config: TidemarkConfig) -> None:
+    """AWS: with LATEST "the event source mapping could miss events during a create or update"
+    (Apache Kafka polling and stream starting positions in Lambda)."""
+    stream = stream_data(example_config)
+    stream["source"] = {**stream["source"], "starting_position": "LATEST"}
+    stack, _ = synth_stack(with_changes(example_config, streams=[stream]), nag=False)
+    (warning,) = Annotations.from_stack(stack).find_warning("*", Match.string_like_regexp(".*LATEST can miss.*"))
+    assert "streams[0].source.starting_position" in json.dumps(warning.entry.data)
+    default, _ = synth_stack(example_config, nag=False)
+    assert Annotations.from_stack(default).find_warning("*", Match.string_like_regexp(".*LATEST.*")) == []
