@@ -2,14 +2,19 @@
 rabbitmq-server on loopback) and the real archiver handler in process: Lambda's delivery contract
 for a queue -- a prefetch of one batch, batches closed by size, window or payload, acks only after
 the function returned, nack with requeue after a failure (the messages come again, redelivered),
-a lost ack requeueing the batch -- and, read back from S3 by message id, every message archived
+a lost ack requeueing the batch, a message too large for any invocation dropped (acked unprocessed)
+and refused at publish by the local broker, a quorum queue's delivery limit dropping or
+dead-lettering what keeps failing -- and, read back from S3 by message id, every message archived
 exactly once."""
 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import io
 import json
+import logging
+import re
 import time
 import uuid
 from collections import Counter
@@ -19,13 +24,15 @@ from typing import Any
 import pika
 import pytest
 import yaml
+from pika.exceptions import ChannelClosedByBroker
 
 from tests.conftest import REPO, Archive
 from tests.support.rabbitmq import connect, new_queue, publish, queue_depth, rabbitmq_fixture
 from tidemark.config import TidemarkConfig, parse_config
 from tidemark.config.loader import ENV_JSON
 from tidemark.embedded.demo_rabbitmq import ConfirmedPublisher
-from tidemark.embedded.esm.batching import BatchLimits
+from tidemark.embedded.esm import rabbitmq_mapping
+from tidemark.embedded.esm.batching import LAMBDA_PAYLOAD_LIMIT, BatchLimits
 from tidemark.embedded.esm.invokers import InProcessInvoker, Invocation
 from tidemark.embedded.esm.mapping import DeliveryError, MappingError
 from tidemark.embedded.esm.rabbitmq_mapping import RabbitEventSourceMapping, RabbitMappingConfig
@@ -68,7 +75,8 @@ def config(queue: str, archive: Archive, monkeypatch: pytest.MonkeyPatch) -> Tid
 class ScriptedArchiver:
     """The real archiver handler in process (one warm container) behind a script: records every
     event and the queue's ready messages at that moment (read on a connection of its own), fails
-    the invocations whose numbers are in ``fail`` (1-based) before the handler sees them, and runs
+    the invocations whose numbers are in ``fail`` (1-based) or whose message ids ``fail_batch``
+    picks before the handler sees them, and those in ``fail_after`` after it ran, and runs
     ``during`` (number -> action) inside an invocation."""
 
     def __init__(
@@ -77,6 +85,8 @@ class ScriptedArchiver:
         queue: str,
         *,
         fail: Callable[[int], bool] = lambda _n: False,
+        fail_batch: Callable[[list[str | None]], bool] = lambda _ids: False,
+        fail_after: Callable[[int], bool] = lambda _n: False,
         archive: bool = True,
         during: dict[int, Callable[[], None]] | None = None,
     ) -> None:
@@ -85,6 +95,8 @@ class ScriptedArchiver:
         self.responses: list[Any] = []
         self.ready_seen: list[int] = []
         self.fail = fail
+        self.fail_batch = fail_batch
+        self.fail_after = fail_after
         self.during = during or {}
         self._probe = connect(broker)
         self._queue = queue
@@ -95,10 +107,12 @@ class ScriptedArchiver:
         self.ready_seen.append(queue_depth(self._probe.channel(), self._queue)[0])
         if number in self.during:
             self.during[number]()
-        if self.fail(number):
+        if self.fail(number) or self.fail_batch(self.ids(number)):
             return Invocation(ok=False, error="RuntimeError: scripted failure")
         result = self.handler.invoke(event) if self.handler is not None else Invocation(ok=True)
         self.responses.append(result.response)
+        if self.fail_after(number):  # the function did its work, then failed (e.g. timed out)
+            return Invocation(ok=False, error="RuntimeError: scripted failure after the handler")
         return result
 
     def close(self) -> None:
@@ -148,11 +162,15 @@ def run_to_end(mapping: RabbitEventSourceMapping, total: int) -> None:
         )
 
 
-def archived_exactly_once(archive: Archive, config: TidemarkConfig, workload: QueueWorkload) -> None:
-    """Drain the queue's partition, then read the archive back from S3 by message id."""
+def archived_exactly_once(
+    archive: Archive, config: TidemarkConfig, workload: QueueWorkload, *, headers: bool = True
+) -> None:
+    """Drain the queue's partition, then read the archive back from S3 by message id (without
+    comparing headers when ``headers`` is false: a quorum queue adds its own)."""
     stream = config.streams[0]
     archive.runtime(config).writer(stream, 0).drain()
-    report = verify_messages(archive.s3, archive.bucket, stream.name, workload.expected, config=stream)
+    expected = workload.expected if headers else [dataclasses.replace(e, meta=None) for e in workload.expected]
+    report = verify_messages(archive.s3, archive.bucket, stream.name, expected, config=stream)
     assert report.ok, report.summary()
     assert report.archived + report.dead_lettered == report.produced == len(workload.expected)
     assert report.dead_letter_reasons["missing_message_id"] == workload.without_id > 0
@@ -320,3 +338,220 @@ def test_a_missing_queue_is_a_one_line_error(rabbitmq):
     config = RabbitMappingConfig(rabbitmq.url, f"nope-{uuid.uuid4().hex[:6]}", BROKER_ARN)
     with pytest.raises(MappingError, match=r"cannot consume queue 'nope-.*NOT_FOUND"):
         RabbitEventSourceMapping(config, NeverInvoked()).start()
+
+
+# -- messages larger than an invocation can carry -----------------------------------------------
+
+
+def _publish_bodies(broker: RabbitBroker, queue: str, bodies: dict[str, bytes]) -> None:
+    connection = connect(broker)
+    try:
+        channel = connection.channel()
+        channel.confirm_delivery()
+        for message_id, body in bodies.items():
+            properties = pika.BasicProperties(message_id=message_id, delivery_mode=2)
+            channel.basic_publish("", queue, body, properties, mandatory=True)
+    finally:
+        connection.close()
+
+
+def test_a_message_too_large_for_any_invocation_is_acked_unprocessed_and_counted_as_dropped(rabbitmq, queue, caplog):
+    """Lambda drops a record over its size limit (services-mq-errors.html): the local mapping
+    acks it without an invocation, counts it, and logs its id -- the batches go on around it."""
+    limit = 32 * 1024  # the 6 MB payload limit, scaled down
+    bodies = {f"s-{n}": b"x" * 100 for n in range(3)}
+    bodies["huge"] = b"y" * (limit * 3 // 4)  # its base64 alone fills the payload: never deliverable
+    bodies.update({f"s-{n}": b"x" * 100 for n in range(3, 6)})
+    _publish_bodies(rabbitmq, queue, bodies)
+    invoker = ScriptedArchiver(rabbitmq, queue, archive=False)
+    mapping = mapping_for(rabbitmq, queue, invoker, BatchLimits(batch_size=100, window_ms=200, max_payload_bytes=limit))
+
+    with caplog.at_level(logging.WARNING, logger=rabbitmq_mapping.__name__):
+        run_to_end(mapping, 6)
+    invoker.close()
+
+    delivered = [m["basicProperties"]["messageId"] for m in invoker.messages()]
+    assert delivered == [f"s-{n}" for n in range(6)]  # never invoked with the huge one
+    stats = mapping.stats
+    assert (stats.acked, stats.dropped, stats.failed_invocations) == (6, 1, 0)
+    assert stats.summary()["dropped"] == 1
+    assert [r for r in caplog.records if r.levelno == logging.WARNING and "huge" in r.getMessage()]
+    connection = connect(rabbitmq)
+    assert queue_depth(connection.channel(), queue) == (0, 0)  # acked: the broker let go of it
+    connection.close()
+
+
+def test_the_local_broker_refuses_at_publish_what_the_mapping_could_never_deliver(rabbitmq, queue):
+    """The embedded broker (the demo's and the tests') sets ``max_message_size`` to what one
+    invocation can carry: a larger message is refused to its publisher (the channel closes with
+    PRECONDITION_FAILED) instead of being dropped by the mapping later."""
+    largest = rabbitmq_mapping.MAX_MESSAGE_SIZE
+    assert largest < rabbitmq_mapping.UNDELIVERABLE_BODY_BYTES == LAMBDA_PAYLOAD_LIMIT * 3 // 4
+    with pytest.raises(ChannelClosedByBroker, match=f"larger than configured max size {largest}"):
+        _publish_bodies(rabbitmq, queue, {"too-large": b"z" * (largest + 1)})
+    _publish_bodies(rabbitmq, queue, {"largest": b"z" * largest})
+    invoker = ScriptedArchiver(rabbitmq, queue, archive=False)
+    mapping = mapping_for(rabbitmq, queue, invoker, BatchLimits(batch_size=10, window_ms=100))
+
+    run_to_end(mapping, 1)
+    invoker.close()
+
+    assert invoker.ids(1) == ["largest"] and mapping.stats.dropped == 0
+    assert len(json.dumps(invoker.events[0])) <= LAMBDA_PAYLOAD_LIMIT  # delivered under the real limit
+
+
+def test_the_embedded_broker_caps_messages_unless_told_otherwise(rabbitmq):
+    """``rabbitmq_broker`` (the demo starts it with its defaults) writes the cap to its rabbitmq.conf."""
+    import inspect
+
+    from tidemark.embedded.rabbitmq import rabbitmq_broker
+
+    conf = (rabbitmq.log_path.parents[1] / "rabbitmq.conf").read_text()
+    assert f"max_message_size = {rabbitmq_mapping.MAX_MESSAGE_SIZE}" in conf.splitlines()
+    default = inspect.signature(rabbitmq_broker).parameters["max_message_size"].default
+    assert default == rabbitmq_mapping.MAX_MESSAGE_SIZE
+
+
+# -- quorum queues: the delivery limit ------------------------------------------------------------
+
+
+def _declare(broker: RabbitBroker, queue: str, arguments: dict[str, Any]) -> None:
+    connection = connect(broker)
+    try:
+        connection.channel().queue_declare(queue=queue, durable=True, arguments=arguments)
+    finally:
+        connection.close()
+
+
+def test_a_quorum_queue_drops_a_batch_that_fails_past_its_delivery_limit(rabbitmq):
+    """The local mapping fails as Lambda's does -- nack with requeue -- so a quorum queue counts
+    each failed invocation as a delivery and drops the messages past its limit (no DLX): the loss
+    that RabbitMQ 4's default limit of 20 brings to a failing archiver."""
+    queue = f"qq-{uuid.uuid4().hex[:8]}"
+    _declare(rabbitmq, queue, {"x-queue-type": "quorum", "x-delivery-limit": 2})
+    connection = connect(rabbitmq)
+    ids = publish(connection.channel(), queue, 5)
+    invoker = ScriptedArchiver(rabbitmq, queue, archive=False, fail=lambda _n: True)
+    mapping = mapping_for(
+        rabbitmq, queue, invoker, BatchLimits(batch_size=10, window_ms=100), config={"max_attempts": 10}
+    )
+
+    with mapping:
+        mapping.run(lambda: mapping.stats.failed_invocations >= 3 and not mapping.holding(), idle_timeout_s=20)
+        time.sleep(0.3)
+        left = mapping.ready_messages()
+    invoker.close()
+
+    assert [sorted(invoker.ids(n)) for n in (1, 2, 3)] == [ids] * 3
+    assert [{m["redelivered"] for m in invoker.messages(n)} for n in (1, 2, 3)] == [{False}, {True}, {True}]
+    counts = [{m["basicProperties"]["headers"].get("x-delivery-count", 0) for m in invoker.messages(n)} for n in (2, 3)]
+    assert counts == [{1}, {2}]  # the broker counted each nack with requeue
+    assert left == 0 and queue_depth(connection.channel(), queue) == (0, 0)  # gone: dropped, never acked
+    assert len(invoker.events) == 3 and mapping.stats.acked == 0
+    connection.close()
+
+
+@pytest.mark.parametrize(
+    ("arguments", "problem"),
+    [
+        ({"x-queue-type": "quorum", "x-delivery-limit": 2}, "delivery limit 2 and no dead-letter exchange"),
+        ({"x-queue-type": "quorum"}, "delivery limit 20 .RabbitMQ 4's default. and no dead-letter exchange"),
+        ({"x-queue-type": "quorum", "x-delivery-limit": -1}, None),
+        ({"x-queue-type": "quorum", "x-dead-letter-exchange": "dlx"}, None),
+        ({"x-queue-type": "classic"}, None),
+        ({}, None),
+    ],
+)
+def test_the_delivery_limit_rule(arguments, problem):
+    found = rabbitmq_mapping.delivery_limit_problem(arguments)
+    if problem is None:
+        assert found is None
+    else:
+        assert found is not None
+        assert re.search(problem, found), found
+
+
+def test_the_mapping_refuses_a_quorum_queue_that_would_drop_after_its_delivery_limit(rabbitmq):
+    """Given the queue's declared arguments, the mapping declares them (the broker refuses them
+    if the queue differs) and refuses a quorum queue with a finite limit and no DLX."""
+    queue = f"qq-{uuid.uuid4().hex[:8]}"
+    arguments = {"x-queue-type": "quorum", "x-delivery-limit": 2}
+    _declare(rabbitmq, queue, arguments)
+    invoker = NeverInvoked()
+    config = RabbitMappingConfig(rabbitmq.url, queue, BROKER_ARN, queue_arguments=arguments)
+    with pytest.raises(MappingError, match="delivery limit 2 and no dead-letter exchange"):
+        RabbitEventSourceMapping(config, invoker).start()
+    # arguments that are not the queue's: the broker says which one differs
+    stated = {"x-queue-type": "quorum", "x-delivery-limit": 2, "x-dead-letter-exchange": ""}
+    config = RabbitMappingConfig(rabbitmq.url, queue, BROKER_ARN, queue_arguments=stated)
+    with pytest.raises(MappingError, match="inequivalent arg 'x-dead-letter-exchange'"):
+        RabbitEventSourceMapping(config, invoker).start()
+
+
+def test_with_a_dead_letter_exchange_failed_messages_survive_and_a_redrive_archives_them_once(
+    rabbitmq, archive, monkeypatch
+):
+    """A quorum queue with a delivery limit and a DLX: a poison batch that keeps failing is
+    dead-lettered into the DLX's queue, not lost; the operator re-drives that queue into the
+    source queue (as a shovel would: the same message ids) once the function is fixed, and the
+    archive holds every message exactly once -- the dedupe index drops what was accepted before."""
+    queue = f"qq-{uuid.uuid4().hex[:8]}"
+    dlq = f"{queue}.dlq"
+    connection = connect(rabbitmq)
+    channel = connection.channel()
+    channel.queue_declare(queue=dlq, durable=True)
+    arguments = {
+        "x-queue-type": "quorum",
+        "x-delivery-limit": 2,
+        "x-dead-letter-exchange": "",
+        "x-dead-letter-routing-key": dlq,
+    }
+    channel.queue_declare(queue=queue, durable=True, arguments=arguments)
+    data = yaml.safe_load((REPO / "config" / "rabbitmq.yaml").read_text())
+    data["streams"][0]["source"]["queue"] = queue
+    data["streams"][0]["flush"] = {"max_records": 40, "max_bytes": "1MiB", "max_age": "15m"}
+    for name, value in {**archive.env(), ENV_JSON: json.dumps(data)}.items():
+        monkeypatch.setenv(name, value)
+    config = parse_config(data)
+    workload = orders(rabbitmq, queue, 60, seed=5)
+    total = len(workload.messages)
+    poison = workload.messages[5].message_id
+    assert poison is not None
+    # The poison batch's first invocation accepts it and then fails; the next two fail outright.
+    invoker = ScriptedArchiver(rabbitmq, queue, fail_after=lambda n: n == 1)
+    invoker.fail_batch = lambda ids: poison in ids and len(invoker.events) > 1
+    mapping = mapping_for(
+        rabbitmq, queue, invoker, BatchLimits(batch_size=20, window_ms=200), config={"queue_arguments": arguments}
+    )
+
+    def settled() -> bool:
+        if mapping.holding() or mapping.ready_messages():
+            return False
+        return mapping.stats.acked + queue_depth(channel, dlq)[0] >= total
+
+    with mapping:
+        mapping.run(settled, idle_timeout_s=20)
+    dead = queue_depth(channel, dlq)[0]
+    assert 1 <= dead < total and mapping.stats.failed_invocations == 3  # the poison batch, three deliveries
+    assert poison in invoker.ids(1) and mapping.stats.acked == total - dead
+    before = len(invoker.responses)
+
+    # The operator's re-drive (the function fixed): the DLX's queue back into the source queue.
+    channel.confirm_delivery()
+    while (got := channel.basic_get(dlq))[0] is not None:
+        method, properties, body = got
+        assert "x-death" in properties.headers
+        channel.basic_publish("", queue, body, properties, mandatory=True)
+        channel.basic_ack(method.delivery_tag)
+    invoker.fail_batch = lambda _ids: False
+    again = mapping_for(rabbitmq, queue, invoker, BatchLimits(batch_size=20, window_ms=200))
+    run_to_end(again, dead)
+    invoker.close()
+    assert queue_depth(channel, dlq) == (0, 0)
+    connection.close()
+    # Every dead-lettered message was in the first poison batch, accepted before it failed: the
+    # re-driven copies are dropped by message id (or body digest), not archived twice.
+    assert again.stats.acked == dead
+    assert sum(r["streams"]["orders"]["staged"] for r in invoker.responses[before:]) == 0
+
+    archived_exactly_once(archive, config, workload, headers=False)

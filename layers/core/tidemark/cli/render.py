@@ -98,7 +98,8 @@ def render_result(console: Console, result: DemoResult) -> None:
         )
         console.print(
             f"acks: {queue['acked']} acked after a successful invocation, {queue['nacked']} nacked and requeued after "
-            f"a failed one, {queue['lost_acks']} lost (connection closed, the broker requeued); the broker redelivered "
+            f"a failed one, {queue['lost_acks']} lost (connection closed, the broker requeued), "
+            f"{queue.get('dropped', 0)} dropped unprocessed (too large for an invocation); the broker redelivered "
             f"{queue['redelivered']}; the archiver's dedupe index dropped {queue['duplicates_dropped']} (redeliveries "
             f"and publisher retries, by {queue['dedupe_id']}); {queue['left_in_queue']} left in the queue",
             markup=False,

@@ -8,6 +8,11 @@ cookie (``HOME`` is a directory of its own), so nothing system-wide is read or w
 several brokers can run side by side. No plugin is enabled (the management UI would need another
 port); the default ``guest`` user, which RabbitMQ allows on loopback only, logs in on vhost ``/``.
 
+``max_message_size`` (a body's bytes; RabbitMQ 3.8+) is capped by default at what Lambda's Amazon
+MQ mapping can deliver (``MAX_MESSAGE_SIZE``, 4 MiB): a larger message is refused to its publisher
+-- the channel closes with PRECONDITION_FAILED -- instead of being dropped by the mapping, which
+no audit of a queue could see. ``None`` keeps RabbitMQ's own default (128 MiB in 3.x).
+
 The epmd it registers with is started here too (in the foreground, on its own port), so both
 processes are children of this one: the context manager stops the broker (SIGTERM, RabbitMQ's
 graceful shutdown), then epmd, on every exit -- errors and KeyboardInterrupt included -- and then
@@ -34,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tidemark.embedded.children import die_with_parent
+from tidemark.embedded.esm.rabbitmq_mapping import MAX_MESSAGE_SIZE
 from tidemark.embedded.ports import LOOPBACK, claim_port, free_port
 from tidemark.exceptions import TidemarkError
 
@@ -191,7 +197,9 @@ def _stop(process: subprocess.Popen[bytes], sig: int, timeout: float) -> None:
         process.wait()
 
 
-def _prepare(workdir: Path, node: str, port: int, epmd_port: int, dist_port: int) -> tuple[dict[str, str], Path]:
+def _prepare(
+    workdir: Path, node: str, port: int, epmd_port: int, dist_port: int, max_message_size: int | None
+) -> tuple[dict[str, str], Path]:
     home, mnesia, logs = workdir / "home", workdir / "mnesia", workdir / "log"
     for directory in (home, mnesia, logs):
         directory.mkdir(parents=True, exist_ok=True)
@@ -200,12 +208,15 @@ def _prepare(workdir: Path, node: str, port: int, epmd_port: int, dist_port: int
     cookie.write_text(secrets.token_hex(20))
     cookie.chmod(0o400)  # Erlang refuses a cookie others can read
     config = workdir / "rabbitmq.conf"
-    config.write_text(
-        "# written by tidemark.embedded.rabbitmq\n"
-        f"distribution.listener.interface = {LOOPBACK}\n"
-        "log.console = false\n"
-        "log.file.level = info\n"
-    )
+    settings = [
+        "# written by tidemark.embedded.rabbitmq",
+        f"distribution.listener.interface = {LOOPBACK}",
+        "log.console = false",
+        "log.file.level = info",
+    ]
+    if max_message_size is not None:  # a body's bytes (rabbitmq.conf since 3.8)
+        settings.append(f"max_message_size = {max_message_size}")
+    config.write_text("".join(f"{line}\n" for line in settings))
     plugins = workdir / "enabled_plugins"
     plugins.write_text("[].\n")  # no plugin: the management UI and the others want more ports
     env_file = workdir / "rabbitmq-env.conf"
@@ -239,15 +250,18 @@ def _prepare(workdir: Path, node: str, port: int, epmd_port: int, dist_port: int
 
 
 @contextmanager
-def rabbitmq_broker(workdir: Path, *, port: int = 0, start_timeout_s: float = 60) -> Iterator[RabbitBroker]:
+def rabbitmq_broker(
+    workdir: Path, *, port: int = 0, start_timeout_s: float = 60, max_message_size: int | None = MAX_MESSAGE_SIZE
+) -> Iterator[RabbitBroker]:
     """Start a RabbitMQ broker on loopback (a free AMQP port by default) with its files under
-    ``workdir``, yield it once guest can connect, always stop it and everything it started."""
+    ``workdir``, yield it once guest can connect, always stop it and everything it started.
+    ``max_message_size``: the largest body it accepts (``None``: RabbitMQ's default)."""
     script, epmd = server_script(), epmd_binary()
     workdir = workdir.resolve()
     port = claim_port(port, option="port")
     epmd_port, dist_port = _distinct_free_ports(2, {port})
     node = f"tidemark-{secrets.token_hex(6)}@localhost"
-    env, log_path = _prepare(workdir, node, port, epmd_port, dist_port)
+    env, log_path = _prepare(workdir, node, port, epmd_port, dist_port, max_message_size)
     output_path = workdir / "log" / f"{node.split('@')[0]}.out"  # the start script's own output
     began = time.monotonic()
     epmd_process: subprocess.Popen[bytes] | None = None

@@ -6,6 +6,9 @@ Behaves like the Lambda event source mapping for an Amazon MQ for RabbitMQ broke
   broker never has more than a batch of messages out to the mapping unacked;
 * batches close at ``batch_size`` messages, at the 6 MB payload limit (``message_payload_size``)
   or when the batching window since the batch's first message has passed (``BatchBuilder``);
+* a message too large for any invocation (an event holding it alone passes the payload limit) is
+  dropped as Lambda drops it: acked without an invocation, counted in ``dropped`` and logged with
+  its id (``MAX_MESSAGE_SIZE``: the broker setting that keeps such messages out of the queue);
 * one event per batch, messages of the one queue under ``"<queue>::<virtual host>"``, each with
   its AMQP properties (``messageId``, ``timestamp``, ``headers``, ``contentType``, ...), the
   broker's ``redelivered`` flag and the body in base64 (``records.rabbitmq_esm``);
@@ -14,7 +17,9 @@ Behaves like the Lambda event source mapping for an Amazon MQ for RabbitMQ broke
   function returned. A failed invocation is NOT retried with the same event: its messages are
   nacked with requeue (``basic_nack(multiple=True, requeue=True)``), and the broker delivers them
   again, flagged ``redelivered``, possibly in other batches and in another order. After
-  ``max_attempts`` failed invocations in a row the mapping stops (``DeliveryError``).
+  ``max_attempts`` failed invocations in a row the mapping stops (``DeliveryError``). A quorum
+  queue counts each nack as a delivery and drops (or dead-letters) a message past its delivery
+  limit, as it does behind Lambda's mapping (``delivery_limit_problem``).
 
 Delivery tags grow in delivery order on a channel and a batch is always taken from the head of
 what was received, so a batch is exactly the unsettled deliveries up to its last tag: settling
@@ -32,6 +37,7 @@ during a long invocation) is the same: whatever was received and not acked comes
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -39,7 +45,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tidemark.clock import Clock, MonotonicClock
-from tidemark.embedded.esm.batching import BatchBuilder, BatchLimits, gather
+from tidemark.embedded.esm.batching import (
+    ENVELOPE_BYTES,
+    GROUP_OVERHEAD_BYTES,
+    LAMBDA_PAYLOAD_LIMIT,
+    BatchBuilder,
+    BatchLimits,
+    gather,
+)
 from tidemark.embedded.esm.invokers import Invocation, Invoker
 from tidemark.embedded.esm.mapping import DeliveryError, MappingError, MappingStats
 from tidemark.records.model import Record
@@ -55,6 +68,56 @@ logger = logging.getLogger(__name__)
 #: the AMQP ``prefetch-count`` is a 16-bit field (Amazon MQ's batch size stops at 10,000 anyway)
 MAX_PREFETCH = 65_535
 
+# Lambda's Amazon MQ mapping drops a message it cannot fit in an invocation, silently for the
+# queue: "Records also go unprocessed if Lambda drops them due to their size. The size limit for
+# Lambda records is 6 MB." (https://docs.aws.amazon.com/lambda/latest/dg/services-mq-errors.html).
+# The event carries the body in base64 (4/3 of its bytes), so a body over 3/4 of the 6 MB payload
+# can never be delivered; the properties and headers need room too.
+#: bodies of at least this many bytes are never delivered: their base64 alone fills the payload
+UNDELIVERABLE_BODY_BYTES = LAMBDA_PAYLOAD_LIMIT * 3 // 4  # 4,718,592
+#: the broker's ``max_message_size`` (the body's bytes) Tidemark requires: the broker refuses a
+#: larger message to its publisher, so none reaches the mapping to be dropped. 4 MiB: its base64
+#: (5,592,408 bytes) leaves about 690 KB of the payload for the properties and headers.
+MAX_MESSAGE_SIZE = 4 * 1024 * 1024
+
+#: RabbitMQ 4's default ``delivery-limit`` for a quorum queue (3.x: none)
+DEFAULT_DELIVERY_LIMIT = 20
+
+
+def delivery_limit_problem(
+    arguments: Mapping[str, Any], policy: Mapping[str, Any] | None = None, *, queue_type: str | None = None
+) -> str | None:
+    """Why a queue would lose messages the archiver keeps failing, or ``None``.
+
+    A quorum queue drops a message redelivered more often than its delivery limit unless it has a
+    dead-letter exchange (https://www.rabbitmq.com/docs/quorum-queues#poison-message-handling);
+    Lambda's mapping nacks a failed batch with requeue, so each failed invocation is a delivery.
+    RabbitMQ 4 gives every quorum queue a limit of 20 unless told ``-1`` (unlimited), and Amazon MQ
+    for RabbitMQ 4.2 makes quorum the default queue type. ``arguments`` are the queue's ``x-``
+    arguments, ``policy`` its effective policy definition and ``queue_type`` its type, as the
+    management API's ``GET /api/queues/<vhost>/<name>`` returns them (``arguments``,
+    ``effective_policy_definition``, ``type``); the type defaults to ``x-queue-type``, else classic.
+    Where both set a limit the lower one applies; a DLX argument or policy key is enough.
+    """
+    policy = policy or {}
+    kind = queue_type or str(arguments.get("x-queue-type") or "classic")
+    if kind != "quorum":
+        return None
+    if arguments.get("x-dead-letter-exchange") is not None or policy.get("dead-letter-exchange") is not None:
+        return None
+    limits = [int(v) for v in (arguments.get("x-delivery-limit"), policy.get("delivery-limit")) if v is not None]
+    finite = [limit for limit in limits if limit >= 0]
+    if limits and not finite:
+        return None  # -1: unlimited (RabbitMQ 4)
+    limit = min(finite) if finite else DEFAULT_DELIVERY_LIMIT
+    told = "" if finite else " (RabbitMQ 4's default)"
+    return (
+        f"a quorum queue with delivery limit {limit}{told} and no dead-letter exchange drops a message "
+        f"redelivered more than {limit} times (each failed invocation is a delivery); give it a dead-letter "
+        "exchange (x-dead-letter-exchange, or a policy's dead-letter-exchange) or no limit (x-delivery-limit -1 "
+        "on RabbitMQ 4)"
+    )
+
 
 @dataclass(frozen=True, slots=True)
 class RabbitMappingConfig:
@@ -64,6 +127,10 @@ class RabbitMappingConfig:
     virtual_host: str = "/"  # the vhost the url names: the event's "<queue>::<virtual host>"
     limits: BatchLimits = field(default_factory=BatchLimits)
     max_attempts: int = 25  # failed invocations in a row before the mapping stops
+    # the queue's declared x- arguments, when known: start() declares the queue with them (the
+    # broker refuses them if the queue's differ) and refuses a queue ``delivery_limit_problem``
+    # names. Policies are not seen (only the management API shows them).
+    queue_arguments: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if BROKER_ARN.fullmatch(self.broker_arn) is None:
@@ -91,6 +158,7 @@ class QueueStats(MappingStats):
     redelivered: int = 0  # of those, flagged redelivered: delivered before and not acked
     acked: int = 0  # messages acked: the broker let go of them
     nacked: int = 0  # messages of failed invocations, nacked with requeue
+    dropped: int = 0  # too large for any invocation: acked without one, as Lambda drops them
 
     def summary(self) -> dict[str, int]:
         return {
@@ -98,6 +166,7 @@ class QueueStats(MappingStats):
             "redelivered": self.redelivered,
             "acked": self.acked,
             "nacked": self.nacked,
+            "dropped": self.dropped,
             "reconnects": self.rebalances,
             "lost_acks": self.lost_commits,
         }
@@ -170,10 +239,17 @@ class RabbitEventSourceMapping:
         if self._connection is not None:
             return self
         where = f"queue {self.config.queue!r} on {self._where()}"
+        arguments = self.config.queue_arguments
+        if arguments is not None and (problem := delivery_limit_problem(arguments)):
+            raise MappingError(f"refusing {where}: {problem}")
         try:
             self._connection = pika.BlockingConnection(pika.URLParameters(self.config.url))
             channel = self._connection.channel()
             channel.queue_declare(queue=self.config.queue, passive=True)
+            if self.config.queue_arguments is not None:  # the broker checks them against the queue's
+                channel.queue_declare(
+                    queue=self.config.queue, durable=True, arguments=dict(self.config.queue_arguments)
+                )
             channel.basic_qos(prefetch_count=self.config.limits.batch_size)
             channel.basic_consume(self.config.queue, self._received, auto_ack=False)
         except ChannelClosedByBroker as exc:
@@ -226,9 +302,44 @@ class RabbitEventSourceMapping:
     def _measure(self, record: Record) -> int:
         return message_payload_size(self._batched[record.offset].message)
 
+    def _undeliverable(self, message: RabbitMessage) -> int | None:
+        """The size of an event holding ``message`` alone when that passes the payload limit."""
+        limit = self.config.limits.max_payload_bytes
+        config = self.config
+        bound = message_payload_size(message) + ENVELOPE_BYTES + GROUP_OVERHEAD_BYTES + len(config.match_name)
+        if bound <= limit:  # an upper bound of the event's size: it fits
+            return None
+        alone = build_rabbitmq_event(
+            [message], broker_arn=config.broker_arn, queue=config.queue, virtual_host=config.virtual_host
+        )
+        size = len(json.dumps(alone))
+        return size if size > limit else None
+
+    def _drop(self, delivery: Delivery, size: int) -> None:
+        """Lambda's rule for a message over the size limit: unprocessed -- acked without an
+        invocation (https://docs.aws.amazon.com/lambda/latest/dg/services-mq-errors.html). A queue
+        has no offsets, so nothing downstream sees the gap: the warning and ``dropped`` do."""
+        message = delivery.message
+        logger.warning(
+            "dropping message %r: an invocation holding it alone would be %d bytes, over the %d-byte payload "
+            "limit (Lambda drops such records; cap the broker's max_message_size at %d)",
+            message.message_id,
+            size,
+            self.config.limits.max_payload_bytes,
+            MAX_MESSAGE_SIZE,
+            extra={"message_id": message.message_id, "body_bytes": len(message.body), "event_bytes": size},
+        )
+        self.stats.dropped += 1
+        # A lost ack (the channel is gone) brings it again after the reconnect, to be dropped again.
+        self._settle(delivery.tag, ack=True, multiple=False)
+
     def _offer(self, delivery: Delivery, now_ms: int) -> bool:
         """Offer a delivery to the batch (``BatchBuilder`` sees it as a record of partition 0 at
-        its delivery tag, measured by the message's share of the payload)."""
+        its delivery tag, measured by the message's share of the payload); one too large for any
+        invocation is dropped instead."""
+        if (size := self._undeliverable(delivery.message)) is not None:
+            self._drop(delivery, size)
+            return True
         self._batched[delivery.tag] = delivery
         if self._builder.offer(Record(self.config.match_name, 0, delivery.tag, -1, b""), now_ms):
             return True
@@ -312,9 +423,9 @@ class RabbitEventSourceMapping:
             stats.acked += len(batch)
         return result
 
-    def _settle(self, tag: int, *, ack: bool) -> bool:
-        """Ack, or nack with requeue, every unsettled delivery up to ``tag``; ``False`` if the
-        channel is gone (the broker requeues what it held anyway)."""
+    def _settle(self, tag: int, *, ack: bool, multiple: bool = True) -> bool:
+        """Ack, or nack with requeue, every unsettled delivery up to ``tag`` (only ``tag`` unless
+        ``multiple``); ``False`` if the channel is gone (the broker requeues what it held anyway)."""
         from pika.exceptions import AMQPError
 
         channel = self._channel
@@ -322,9 +433,9 @@ class RabbitEventSourceMapping:
             return False
         try:
             if ack:
-                channel.basic_ack(delivery_tag=tag, multiple=True)
+                channel.basic_ack(delivery_tag=tag, multiple=multiple)
             else:
-                channel.basic_nack(delivery_tag=tag, multiple=True, requeue=True)
+                channel.basic_nack(delivery_tag=tag, multiple=multiple, requeue=True)
         except AMQPError as exc:
             logger.warning("settling the batch failed", extra={"ack": ack, "error": repr(exc)})
             return False
