@@ -183,9 +183,9 @@ class PipelineConstruct(Construct):
             list_objects=settings.spark_readers,
         )
         self._archive_root = f"s3://{access.bucket.bucket_name}" if settings.spark_readers else None
-        ledger_table.grant(
-            self.job_role, "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"
-        )
+        # The job queries hour marks and committed objects, clears marks (UpdateItem) and records
+        # its run (PutItem); it gets no item by key (tests/integration/test_iam_spark_job.py).
+        ledger_table.grant(self.job_role, "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query")
         # The sink queries an hour's items, then puts and deletes them in batches.
         aggregates_table.grant(self.job_role, "dynamodb:Query", "dynamodb:BatchWriteItem")
 

@@ -477,6 +477,30 @@ def test_spark_readers_may_list_only_the_streams_raw_prefixes(stack: TidemarkSta
     assert listing[0]["Condition"] == {"StringLike": {"s3:prefix": ["raw/orders/*", "raw/orders/"]}}
 
 
+def test_the_job_holds_exactly_the_table_actions_it_uses(stack: TidemarkStack, template: Template) -> None:
+    """The ledger: hour marks and committed objects (Query), a cleared mark (UpdateItem), the run
+    record (PutItem), never GetItem; the aggregates: Query and BatchWriteItem
+    (tests/integration/test_iam_spark_job.py runs the job under these)."""
+    role = logical_id(stack.pipeline.job_role)
+    tables = {
+        logical_id(stack.storage.ledger_table): "ledger",
+        logical_id(stack.storage.aggregates_table): "aggregates",
+    }
+    actions: dict[str, set[str]] = {}
+    for policy in template.find_resources("AWS::IAM::Policy").values():
+        if {"Ref": role} not in policy["Properties"]["Roles"]:
+            continue
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+            for resource in listed(statement["Resource"]):
+                table = tables.get(resource.get("Fn::GetAtt", [""])[0]) if isinstance(resource, dict) else None
+                if table is not None:
+                    actions.setdefault(table, set()).update(listed(statement["Action"]))
+    assert actions == {
+        "ledger": {"dynamodb:Query", "dynamodb:UpdateItem", "dynamodb:PutItem"},
+        "aggregates": {"dynamodb:Query", "dynamodb:BatchWriteItem"},
+    }
+
+
 def test_the_sweeper_is_updated_before_the_archiver_writes_anything_new(
     stack: TidemarkStack, template: Template
 ) -> None:
