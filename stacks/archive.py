@@ -38,6 +38,7 @@ from stacks.layer import CoreLayer, FormatsLayer, needs_format_layer
 from stacks.nag import apply_nag
 from stacks.network import NetworkConstruct
 from stacks.observability import ObservabilityConstruct, dashboard_name, dashboard_url
+from stacks.operators import OperatorAccess
 from stacks.paths import ProjectSources
 from stacks.pipeline import PipelineConstruct
 from stacks.source import SourceConstruct
@@ -131,6 +132,16 @@ class ArchiveBuilder:
             else None
         )
         self.access = ArchiveAccess(self.storage.bucket, self.storage.encryption_key)
+        self.operators = OperatorAccess(
+            scope,
+            "Operators",
+            bucket=self.storage.bucket,
+            ledger_table=self.storage.ledger_table,
+            key=self.storage.encryption_key,
+            streams=[stream.name for stream in config.streams],
+            raw_prefix=config.archive.raw_prefix,
+            errors_prefix=config.archive.errors_prefix,
+        )
         self.placement = Placement(
             vpc=self.network.vpc,
             subnets=self.network.subnets,
@@ -259,6 +270,11 @@ class ArchiveBuilder:
             "AggregatesTableName": (self.storage.aggregates_table.table_name, "DynamoDB table of hourly aggregates"),
             "SweeperStateMachineArn": (self.sweeper.state_machine.state_machine_arn, "the sweeper workflow"),
             "AlarmTopicArn": (self.observability.topic.topic_arn, "SNS topic the alarms notify"),
+            "OperatorPolicyArn": (
+                self.operators.policy.managed_policy_arn,
+                "IAM managed policy of the operator commands (status, audit, rearchive, replay, epoch): attach it "
+                "to your operators' role; Kafka access is their own cluster credentials (--kafka-config)",
+            ),
         }
         for stream, fn in self.archiver.functions.items():
             outputs[f"ArchiverFunction{_title(stream)}"] = (

@@ -16,6 +16,7 @@ from cdk_nag import AwsSolutionsChecks, NagPackSuppression, NagSuppressions
 from constructs import IConstruct
 
 from stacks.functions import TidemarkFunction
+from stacks.operators import OperatorAccess
 
 #: object grants scoped to a key prefix of the archive bucket (raw/<stream>/*, manifests/*, ...)
 ARCHIVE_PREFIX_OBJECTS = {"regex": "/^Resource::<[A-Za-z0-9]*ArchiveBucket[A-Za-z0-9]*\\.Arn>\\/.+\\/\\*$/g"}
@@ -25,6 +26,11 @@ FUNCTION_VERSIONS = {"regex": "/^Resource::<[A-Za-z0-9]+Function[A-Za-z0-9]*\\.A
 GLUE_REGISTRY_SCHEMAS = {
     "regex": '/^Resource::\\["arn:\\$\\{AWS::Partition\\}:glue:\\$\\{AWS::Region\\}:\\$\\{AWS::AccountId\\}'
     ':schema\\/\\$\\{registryName\\}\\/\\*",\\{"registryName":"[A-Za-z0-9_$#-]+"\\}\\]$/g'
+}
+#: cloudformation:DescribeStacks on the stack's own ARN (its id, the last part, is made at deploy)
+OWN_STACK = {
+    "regex": "/^Resource::arn:<AWS::Partition>:cloudformation:<AWS::Region>:<AWS::AccountId>"
+    ":stack\\/[A-Za-z0-9-]+\\/\\*$/g"
 }
 JOB_RUNS = {"regex": "/^Resource::arn:<AWS::Partition>:emr-serverless:.*\\/jobruns\\/\\*$/g"}
 
@@ -105,6 +111,15 @@ def apply_nag(scope: IConstruct) -> None:
                 construct,
                 "AwsSolutions-S1",
                 "This is the access-log bucket of the archive bucket; logging it to itself would log its own writes.",
+            )
+        elif isinstance(construct, OperatorAccess):
+            _suppress(construct.policy, "AwsSolutions-IAM5", PREFIX_REASON, ARCHIVE_PREFIX_OBJECTS)
+            _suppress(
+                construct.policy,
+                "AwsSolutions-IAM5",
+                "cloudformation:DescribeStacks on this stack only (--stack-name reads its outputs); the stack's id, "
+                "the last part of its ARN, is made when it is created.",
+                OWN_STACK,
             )
         elif isinstance(construct, iam.Role) and construct.node.id == "JobRole":
             _suppress(construct, "AwsSolutions-IAM5", PREFIX_REASON, ARCHIVE_PREFIX_OBJECTS)

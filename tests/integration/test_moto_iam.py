@@ -440,3 +440,30 @@ def test_multipart_upload_needs_only_put_object(iam: Callable[[list[Statement]],
     assert denied == 403
     server.enforce(False)
     assert server.client("s3").get_object(Bucket=BUCKET, Key=target)["Body"].read() == b"x" * 1024
+
+
+# -- CloudFormation: stack ARNs -------------------------------------------------------------------
+
+
+def test_describe_stacks_is_authorized_on_the_stacks_arn(server: Server) -> None:
+    """``tidemark ... --stack-name`` reads the outputs with DescribeStacks: a statement scoped to
+    the stack (``stack/<name>/*``, the operator policy's) allows it by name or id, and nothing else."""
+    server.enforce(False)
+    admin = server.client("cloudformation")
+    template = {"Resources": {"Topic": {"Type": "AWS::SNS::Topic"}}, "Outputs": {"Bucket": {"Value": BUCKET}}}
+    for name in ("Tidemark", "Another"):
+        admin.create_stack(StackName=name, TemplateBody=json.dumps(template))
+    ours = f"arn:aws:cloudformation:{REGION}:{ACCOUNT}:stack/Tidemark/*"
+    credentials = server.assume_role([allow("cloudformation:DescribeStacks", ours)])["Credentials"]
+    server.enforce(True)
+    try:
+        role = server.client("cloudformation", credentials)
+        [stack] = role.describe_stacks(StackName="Tidemark")["Stacks"]
+        assert stack["Outputs"] == [{"OutputKey": "Bucket", "OutputValue": BUCKET}]
+        assert role.describe_stacks(StackName=stack["StackId"])["Stacks"][0]["StackName"] == "Tidemark"
+        for denied in ({"StackName": "Another"}, {"StackName": "Missing"}, {}):  # {}: every stack, on "*"
+            with pytest.raises(ClientError) as caught:
+                role.describe_stacks(**denied)
+            assert caught.value.response["Error"]["Code"] == "AccessDenied", denied
+    finally:
+        server.enforce(False)

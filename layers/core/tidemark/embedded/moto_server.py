@@ -46,6 +46,8 @@ AWS does, always; the patches act only while enforcement is on, and change nothi
 - S3 HeadObject or GetObject of a missing key answers 403 AccessDenied unless the caller may
   s3:ListBucket the bucket (moto answered 404 whenever s3:GetObject was allowed). A ListBucket
   Allow conditioned on s3:prefix does not count: HeadObject supplies no prefix.
+- A CloudFormation operation on one stack (DescribeStacks with a StackName, ...) is authorized
+  against the stack's ARN (moto used "*", so a statement scoped to a stack never matched).
 """
 
 from __future__ import annotations
@@ -449,6 +451,40 @@ def _answer_missing_s3_keys_like_aws() -> None:
     S3Response._authenticate_and_authorize_s3_action = authorize  # type: ignore[method-assign, assignment]
 
 
+def _authorize_cloudformation_on_stack_arns() -> None:
+    """Authorize a CloudFormation operation that names a stack against the stack's ARN.
+
+    moto authorized every CloudFormation request against resource "*", so a statement scoped to a
+    stack (``arn:aws:cloudformation:us-east-1:123456789012:stack/Tidemark/*``, what the operator
+    policy grants DescribeStacks on) never matched. CloudFormation authorizes DescribeStacks and
+    the other operations on one stack on
+    ``arn:${Partition}:cloudformation:${Region}:${Account}:stack/${StackName}/${Id}`` (Service
+    Authorization Reference, "Actions, resources, and condition keys for AWS CloudFormation":
+    https://docs.aws.amazon.com/service-authorization/latest/reference/list_awscloudformation.html).
+    A ``StackName`` that is an ARN is that ARN; a name is the ARN of the live stack of that name,
+    or ``.../stack/<name>/*`` when there is none (CreateStack, a stack that does not exist). An
+    operation naming no stack (DescribeStacks of every stack, ListStacks) keeps "*", as in AWS.
+    """
+    from moto.cloudformation.responses import CloudFormationResponse
+
+    def determine_resource(self: CloudFormationResponse) -> str:
+        try:
+            name = self._get_param("StackName")
+        except Exception:  # noqa: BLE001 -- a request moto cannot read: its own answer stands
+            return "*"
+        if not isinstance(name, str) or not name:
+            return "*"
+        if name.startswith("arn:"):
+            return name
+        for stack in self.cloudformation_backend.stacks.values():
+            if stack.name == name:
+                return str(stack.stack_id)
+        return f"arn:{self.partition}:cloudformation:{self.region}:{self.current_account}:stack/{name}/*"
+
+    # setattr: CloudFormationResponse has no _determine_resource of its own to replace.
+    setattr(CloudFormationResponse, "_determine_resource", determine_resource)  # noqa: B010
+
+
 def _execute_state_machines() -> None:
     from moto.core.config import default_user_config
 
@@ -464,6 +500,7 @@ def serve(host: str, port: int, *, lambda_proxy: str | None = None, execute_stat
     _authorize_dynamodb_on_table_arns()
     _authorize_dynamodb_items_like_aws()
     _answer_missing_s3_keys_like_aws()
+    _authorize_cloudformation_on_stack_arns()
     if lambda_proxy:
         _route_lambda_invocations(lambda_proxy)
     if execute_state_machines:
