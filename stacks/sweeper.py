@@ -6,8 +6,17 @@ Each step is a Lambda function from ``functions/sweeper`` (one code asset, one h
 the core layer. Every step is idempotent. A partition whose sweep keeps failing (after retries)
 is caught, so it never stops the other partitions, the reconciliation or the completeness step;
 then the execution fails (``PartitionSweepFailed``), which the sweeper-failure alarm reports. A
-failing reconciliation does not stop completeness. Executions are limited to one
-interval, so consecutive runs do not pile up.
+failing reconciliation does not stop completeness.
+
+Time: the payload of SweepPartition, Reconcile and CompleteHours carries the execution's start
+(``$$.Execution.StartTime``), and each of them stops starting new work at its share of the
+interval from it (``tidemark.sweeper.budget``: sweeps 50 %, reconciliation 75 %, completeness
+95 %), so a slow partition cannot keep the later steps from running. Work already started is
+not interrupted: a flush begun just before its deadline may run to the function's timeout. The
+execution's ``TimeoutSeconds`` allows for that (``execution_timeout``) rather than equalling the
+interval, so an execution can outlast its interval and overlap the next one (as a delivery of the
+schedule twice can, EventBridge being at least once): overlapping steps are two writers on one
+partition, fenced by the ledger.
 
 SweepPartition renders the objects of idle and resumed flushes, of any stream: when a stream
 needs the formats layer (``needs_format_layer``), that function runs on it too. The other steps
@@ -45,6 +54,28 @@ STEPS = {
     "Reconcile": "reconcile",
     "CompleteHours": "complete_hours",
 }
+
+#: ListPartitions' function timeout; also the slack an execution gets for what runs past the
+#: steps' deadlines besides one unit of work (retry waits, each step's fixed reads)
+LIST_TIMEOUT = Duration.minutes(1)
+
+#: the execution's start, in the payload of every step with a time budget: its budget's origin
+EXECUTION_STARTED = {"execution_started": sfn.JsonPath.string_at("$$.Execution.StartTime")}
+
+
+def step_timeout(interval_s: int) -> int:
+    """SweepPartition's, Reconcile's and CompleteHours' function timeout, in seconds: well within
+    one interval (and Lambda's 15 minutes)."""
+    return int(min(interval_s - 30, 900))
+
+
+def execution_timeout(interval_s: int) -> int:
+    """The state machine's ``TimeoutSeconds``: above what an execution can take once every step
+    respects its deadline. The last deadline is at 95 % of the interval; a unit of work started
+    just before it can run to its function's timeout; a retry of a timed-out step starts past its
+    deadline and does only its fixed reads; ``LIST_TIMEOUT`` covers those and the retry waits.
+    Longer than the interval, so executions can overlap (safe: see the module docstring)."""
+    return interval_s + step_timeout(interval_s) + int(LIST_TIMEOUT.to_seconds())
 
 
 @dataclass(frozen=True)
@@ -112,9 +143,9 @@ class SweeperConstruct(Construct):
             ).function
 
         # A step must end well within one interval (and Lambda's 15 minutes).
-        sweep_timeout = Duration.seconds(int(min(interval.total_seconds() - 30, 900)))
+        sweep_timeout = Duration.seconds(step_timeout(int(interval.total_seconds())))
         self.functions = SweeperFunctions(
-            list_partitions=function("ListPartitions", Duration.minutes(1)),
+            list_partitions=function("ListPartitions", LIST_TIMEOUT),
             sweep_partition=function("SweepPartition", sweep_timeout),
             reconcile=function("Reconcile", sweep_timeout),
             complete_hours=function("CompleteHours", sweep_timeout),
@@ -145,7 +176,7 @@ class SweeperConstruct(Construct):
         self.state_machine = workflow(
             self,
             self._definition(config),
-            timeout=Duration.seconds(int(interval.total_seconds())),
+            timeout=Duration.seconds(execution_timeout(int(interval.total_seconds()))),
             comment="Tidemark sweeper: idle flushes, crash recovery, orphan cleanup, reconciliation, hour completeness",
         )
         self.schedule = events.Rule(
@@ -156,12 +187,15 @@ class SweeperConstruct(Construct):
             description="Runs the Tidemark sweeper every sweeper.interval",
         )
 
-    def _task(self, step: str, fn: lambda_.Function, result_path: str | None) -> tasks.LambdaInvoke:
+    def _task(
+        self, step: str, fn: lambda_.Function, result_path: str | None, *, payload: sfn.TaskInput | None = None
+    ) -> tasks.LambdaInvoke:
         task = tasks.LambdaInvoke(
             self,
             f"{step}Task",
             state_name=step,
             lambda_function=fn,
+            payload=payload,  # None: the state's input
             payload_response_only=True,
             result_path=result_path,
             retry_on_service_exceptions=True,
@@ -180,6 +214,12 @@ class SweeperConstruct(Construct):
             "SweepEachPartition",
             state_name="SweepEachPartition",
             items_path="$.partitions",
+            # each partition's sweep gets the execution's start, the origin of its time budget
+            item_selector={
+                "stream": sfn.JsonPath.string_at("$$.Map.Item.Value.stream"),
+                "partition": sfn.JsonPath.string_at("$$.Map.Item.Value.partition"),
+                **EXECUTION_STARTED,
+            },
             max_concurrency=config.sweeper.max_concurrency,
             result_path="$.sweep_failed",
         )
@@ -191,8 +231,10 @@ class SweeperConstruct(Construct):
         sweep_each.item_processor(
             sweep.next(sfn.Pass(self, "Swept", state_name="Swept", result=sfn.Result.from_boolean(False)))
         )
-        complete = self._task("CompleteHours", fns.complete_hours, "$.completeness")
-        reconcile = self._task("Reconcile", fns.reconcile, "$.reconcile")
+        # their payload: the execution's start only (not the state, with every partition in it)
+        started = sfn.TaskInput.from_object(EXECUTION_STARTED)
+        complete = self._task("CompleteHours", fns.complete_hours, "$.completeness", payload=started)
+        reconcile = self._task("Reconcile", fns.reconcile, "$.reconcile", payload=started)
         reconcile.add_catch(complete, result_path="$.reconcile_error")
         verdict = (
             sfn.Choice(self, "AnySweepFailed", state_name="AnySweepFailed")

@@ -262,3 +262,38 @@ def test_a_quarantined_flush_keeps_its_hour_incomplete(archive):
 
     assert "orders/2026-11-21T08" not in report.completed
     assert report.waiting["orders/2026-11-21T08"] == "partition 0 still stages the hour"
+
+
+def test_each_step_stops_starting_work_at_its_deadline_and_the_next_run_continues(archive):
+    """A step's deadline (tidemark.sweeper.budget) stops it between units of work, never inside
+    one, and what it leaves is counted and done by the next run: a sweep leaves flushes SEALED,
+    reconciliation leaves hours unchecked, completeness leaves hours without a manifest."""
+    config = small_config(max_records=10_000)
+    runtime, orders = archive_workload(archive, config, partitions=1, per_partition=60, hours=3, bad_share=0.0)
+    archive.clock.advance(minutes=16)
+    now = archive.clock.now_ms()
+
+    stopped = sweep_partition(runtime, "orders", 0, deadline_ms=now)  # past its deadline from the start
+    state = runtime.ledger.load("orders", 0)
+    assert (stopped.flushed, stopped.deferred, len(state.sealed)) == ({}, len(state.sealed), stopped.deferred)
+    assert stopped.deferred >= 3 and not stopped.directory_removed
+    resumed = sweep_partition(runtime, "orders", 0, deadline_ms=now + 1)
+    assert (resumed.resumed, resumed.deferred, sum(resumed.flushed.values())) == (stopped.deferred, 0, stopped.deferred)
+
+    archive.clock.advance(ms=3 * HOUR_MS)  # long past the hours, and idle: all complete
+    now = archive.clock.now_ms()
+    hours, _marks = Reconciler(runtime).hours_to_check("orders", now)  # the lookback and the 3 unchecked
+    deferred = Reconciler(runtime).run(now, deadline_ms=now)
+    assert (deferred.hours_checked, deferred.hours_deferred) == (0, len(hours))
+    assert all(mark.reconciled_commits < mark.commits for mark in runtime.ledger.hour_marks("orders"))
+    checked = Reconciler(runtime).run(now, deadline_ms=now + 1)
+    assert (checked.hours_checked, checked.hours_deferred, checked.findings) == (len(hours), 0, [])
+    assert all(mark.reconciled_commits == mark.commits for mark in runtime.ledger.hour_marks("orders"))
+
+    pending = [mark.hour for mark in runtime.ledger.hour_marks("orders") if not mark.complete]
+    waiting = CompletenessTracker(runtime).run(now, deadline_ms=now)
+    assert (waiting.completed, waiting.manifests, waiting.deferred) == ([], [], len(pending))
+    done = CompletenessTracker(runtime).run(now, deadline_ms=now + 1)
+    assert (sorted(done.completed), done.deferred) == (sorted(f"orders/{hour}" for hour in pending), 0)
+    report = verify_archive(archive.s3, archive.bucket, "orders", orders.expected)
+    assert report.ok and report.archived == len(orders.expected), report.summary()

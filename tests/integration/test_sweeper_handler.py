@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
@@ -60,3 +61,25 @@ def test_a_clean_sweep_reports_zero_quarantines(
     handler.sweep_partition({"stream": "orders", "partition": 0}, context())
     (document,) = [doc for doc in emf_documents(capsys.readouterr().out) if "SweeperObjectsCommitted" in doc]
     assert document["FlushesQuarantined"] == [0.0]
+
+
+def test_a_sweep_started_past_its_share_of_the_interval_defers_its_flushes(
+    handler: ModuleType, archive: Archive, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The execution's start in the payload sets the sweep's deadline (half the interval after
+    it): an execution that started an interval ago starts no flush; the flushes are counted."""
+    runtime = handler.RUNTIME
+    orders = make_orders(partitions=1, per_partition=12, hours=1, late_share=0.0, bad_share=0.0)
+    Archiver(runtime).handle(msk_event(orders.all_records()))
+    archive.clock.advance(minutes=16)  # past max age: due
+    started = datetime.fromtimestamp((archive.clock.now_ms() - 300_000) / 1000, tz=UTC).isoformat()
+    capsys.readouterr()
+
+    summary = handler.sweep_partition({"stream": "orders", "partition": 0, "execution_started": started}, context())
+
+    due = len(runtime.ledger.load("orders", 0).sealed)
+    assert (summary["flushed"], summary["deferred"]) == ({}, due) and due >= 1
+    (document,) = [doc for doc in emf_documents(capsys.readouterr().out) if "SweeperObjectsCommitted" in doc]
+    assert document["SweeperFlushesDeferred"] == [float(due)]
+    # without a start (a direct invocation) only the function's own time counts
+    assert handler.sweep_partition({"stream": "orders", "partition": 0}, context())["resumed"] == due

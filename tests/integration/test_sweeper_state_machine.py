@@ -3,6 +3,8 @@ interpreter (moto server), each Lambda task running the real handler from functi
 
 The archiver side runs on a clock set in the past, so that -- for the sweeper, on the real clock
 -- buffers are past their max age and orphans past their grace period without any waiting.
+The sweeper's clock is the proxy's (``tests.support.stepfunctions``): the real clock plus the
+time a test says work took, against which each execution's ``TimeoutSeconds`` is enforced.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from tests.support.legacy_segments import encode_frame
 from tests.support.stepfunctions import (
     LambdaProxy,
     SynthesizedSweeper,
+    Took,
     lambda_proxy,
     run_execution,
     synthesized_sweeper,
@@ -35,6 +38,7 @@ from tidemark.config.loader import ENV_JSON
 from tidemark.embedded.moto_server import moto_server
 from tidemark.faults import (
     AFTER_SEGMENT_WRITE,
+    AFTER_UPLOAD,
     ALL_CRASH_POINTS,
     BEFORE_SEGMENT_WRITE,
     DURING_SEGMENT_WRITE,
@@ -83,7 +87,7 @@ def sweeper(sfn_endpoint, proxy, synthesized, tmp_path, monkeypatch):
         "AWS_ENDPOINT_URL": sfn_endpoint,
     }.items():
         monkeypatch.setenv(name, value)
-    proxy.load(synthesized.handlers, REPO / "functions" / "sweeper")
+    proxy.load(synthesized.handlers, REPO / "functions" / "sweeper", synthesized.timeouts_s)
     sfn = boto3.client("stepfunctions", endpoint_url=sfn_endpoint)
     machine = sfn.create_state_machine(
         name=f"tidemark-sweeper-{uuid.uuid4().hex[:8]}",
@@ -92,8 +96,8 @@ def sweeper(sfn_endpoint, proxy, synthesized, tmp_path, monkeypatch):
     )["stateMachineArn"]
 
     def run(expect: str = "SUCCEEDED") -> dict:
-        done = run_execution(sfn, machine)
-        if done["status"] == expect == "FAILED":
+        done = run_execution(sfn, machine, proxy=proxy)
+        if done["status"] == expect and expect in ("FAILED", "TIMED_OUT"):
             return done
         if done["status"] != expect:
             events = sfn.get_execution_history(executionArn=done["executionArn"])["events"]
@@ -237,3 +241,70 @@ def test_a_partition_that_keeps_failing_does_not_stop_the_others_or_the_later_st
     assert swept == {"0", "2"}  # the other partitions were flushed
     ran = {synthesized.handlers[name] for name, _event in proxy.invocations}
     assert {"handler.reconcile", "handler.complete_hours"} <= ran  # and the later steps ran
+
+
+def sweep_function(synthesized: SynthesizedSweeper) -> str:
+    (name,) = [name for name, handler in synthesized.handlers.items() if handler == "handler.sweep_partition"]
+    return name
+
+
+def test_a_slow_partition_leaves_time_for_reconciliation_and_completeness(sweeper, proxy, synthesized):
+    """Issue 27, finding 5: one partition with a backlog of slow flushes (every upload takes 100 s
+    on the sweeper's clock, several flushes due) used to keep its SweepPartition busy past the
+    execution's TimeoutSeconds (one interval, 300 s): the execution timed out before Reconcile
+    and CompleteHours ran, every interval while the backlog lasted. Now the sweep starts no flush
+    past half the interval from the execution's start and says what it deferred; each execution
+    ends in time with every step run, and the next one continues the backlog."""
+    archive, run = sweeper
+    orders = make_orders(partitions=1, per_partition=40, hours=4, late_share=0.0, bad_share=0.0)
+    Archiver(archive.runtime(CONFIG)).handle(msk_event(orders.all_records()))  # OPEN buffers, past max age
+    due = len(archive.runtime(CONFIG).ledger.load("orders", 0).buffers)
+    assert due >= 4
+    sweep_name = sweep_function(synthesized)
+    slow = Took(AFTER_UPLOAD, proxy.clock, seconds=100)
+    proxy.runtime(sweep_name).crash_points = slow
+    timeout_s = json.loads(synthesized.definition)["TimeoutSeconds"]
+
+    outputs, sweeps = [], []
+    while len(outputs) < due and slow.hits < due:
+        outputs.append(run())  # TIMED_OUT before the fix
+        sweeps.append([result for name, result in proxy.results if name == sweep_name][-1])
+        assert proxy.execution is not None and proxy.execution.took_s <= timeout_s
+
+    # each execution: two flushes (starting at 0 s and 100 s), none started past 150 s ...
+    assert [sweep["flushed"] for sweep in sweeps[:-1]] == [{"max_age": 2}] * (len(sweeps) - 1)
+    assert [sweep["deferred"] for sweep in sweeps] == [due - 2 * (i + 1) for i in range(len(sweeps) - 1)] + [0]
+    assert sum(sum(sweep["flushed"].values()) for sweep in sweeps) == slow.hits == due
+    # ... and reconciliation and completeness ran every time
+    assert all(output["reconcile"]["findings"] == {} for output in outputs)
+    assert all("completeness" in output for output in outputs)
+    assert outputs[0]["completeness"]["manifests"]  # an hour wholly flushed is complete already
+    report = verify_archive(archive.s3, archive.bucket, "orders", orders.expected)
+    assert report.ok and report.archived == len(orders.expected), report.summary()
+    assert staged_files(archive) == set()
+
+
+def test_an_execution_that_outlasts_its_timeout_is_timed_out_and_the_next_one_recovers(sweeper, proxy, synthesized):
+    """The rule the model enforces (Step Functions'): an execution running longer than its
+    TimeoutSeconds fails with States.Timeout and no later state starts. A deadline cannot
+    interrupt a flush already started: one that takes longer than the whole TimeoutSeconds
+    still times the execution out; the next execution finishes what it left."""
+    archive, run = sweeper
+    orders = make_orders(partitions=1, per_partition=40, hours=2, late_share=0.0, bad_share=0.0)
+    Archiver(archive.runtime(CONFIG)).handle(msk_event(orders.all_records()))
+    sweep_name = sweep_function(synthesized)
+    timeout_s = json.loads(synthesized.definition)["TimeoutSeconds"]
+    proxy.runtime(sweep_name).crash_points = Took(AFTER_UPLOAD, proxy.clock, seconds=timeout_s + 60)
+
+    timed_out = run(expect="TIMED_OUT")
+
+    assert timed_out["error"] == "States.Timeout"
+    ran = {synthesized.handlers[name] for name, result in proxy.results if "errorType" not in result}
+    assert ran == {"handler.list_partitions"}  # the sweep outlasted its function; nothing after it started
+
+    proxy.runtime(sweep_name).crash_points = Took(AFTER_UPLOAD, proxy.clock, seconds=1)
+    run()
+
+    report = verify_archive(archive.s3, archive.bucket, "orders", orders.expected)
+    assert report.ok and report.archived == len(orders.expected), report.summary()
+    assert staged_files(archive) == set()

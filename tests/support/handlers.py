@@ -24,13 +24,15 @@ def load_handler(monkeypatch: pytest.MonkeyPatch, path: Path, env: dict[str, str
     return module
 
 
-def lambda_context(function_name: str, request: int = 1) -> SimpleNamespace:
-    """What Powertools' ``inject_lambda_context`` reads from a Lambda context."""
+def lambda_context(function_name: str, request: int = 1, remaining_ms: int = 270_000) -> SimpleNamespace:
+    """What Powertools' ``inject_lambda_context`` reads from a Lambda context, and the remaining
+    time the sweeper's steps budget with."""
     return SimpleNamespace(
         function_name=function_name,
         memory_limit_in_mb=1024,
         invoked_function_arn=f"arn:aws:lambda:us-east-1:123456789012:function:{function_name}",
         aws_request_id=f"4f1c2d3e-0000-4000-8000-{request:012d}",
+        get_remaining_time_in_millis=lambda: remaining_ms,
     )
 
 

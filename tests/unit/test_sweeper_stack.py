@@ -115,7 +115,44 @@ def test_state_machine_sweeps_each_partition_then_reconciles_then_completes_hour
     )
     assert states["States"]["PartitionSweepFailed"]["Type"] == "Fail"
     assert states["States"]["AnySweepFailed"]["Default"] == "SweptEveryPartition"
-    assert states["TimeoutSeconds"] == 300  # one interval: executions never pile up
+
+
+def definition_of(template: Template) -> dict[str, Any]:
+    definition = Capture()
+    template.has_resource_properties("AWS::StepFunctions::StateMachine", {"DefinitionString": definition})
+    text = "".join(part if isinstance(part, str) else "<arn>" for part in definition.as_object()["Fn::Join"][1])
+    states: dict[str, Any] = json.loads(text)
+    return states
+
+
+def test_an_execution_may_outlast_its_interval_by_one_unit_of_work(template: Template) -> None:
+    """Issue 27, finding 5: TimeoutSeconds was the interval (300 s), while SweepPartition alone
+    could take 270 s and two retries, so a slow partition timed every execution out before
+    Reconcile and CompleteHours. The steps now stop starting work within 95 % of the interval
+    (tidemark.sweeper.budget); what one of them started may still run to its function's timeout
+    (270 s), so the execution gets the interval, that, and a minute for retries' waits."""
+    functions = template.find_resources("AWS::Lambda::Function")
+    step_timeout = max(
+        fn["Properties"]["Timeout"]
+        for fn in functions.values()
+        if fn["Properties"]["Handler"] in ("handler.sweep_partition", "handler.reconcile", "handler.complete_hours")
+    )
+    assert step_timeout == 270
+    assert definition_of(template)["TimeoutSeconds"] == 300 + 270 + 60
+
+
+def test_every_step_with_a_budget_gets_the_execution_start(template: Template) -> None:
+    """The origin of each step's time budget is the execution's start, in its payload."""
+    states = definition_of(template)["States"]
+    each = states["SweepEachPartition"]
+    assert each["ItemSelector"] == {
+        "stream.$": "$$.Map.Item.Value.stream",
+        "partition.$": "$$.Map.Item.Value.partition",
+        "execution_started.$": "$$.Execution.StartTime",
+    }
+    assert "Parameters" not in each["ItemProcessor"]["States"]["SweepPartition"]  # the item, as selected
+    for step in ("Reconcile", "CompleteHours"):  # the start only: not the state with every partition
+        assert states[step]["Parameters"] == {"execution_started.$": "$$.Execution.StartTime"}
 
 
 def test_schedule_runs_the_state_machine_every_interval(template: Template) -> None:

@@ -17,6 +17,9 @@ leaves the hour incomplete until the next one. A late record committed afterward
 hour's ``commits``: the hour is *reopened* (dirty) and the next sweep writes a new manifest.
 Readers take the manifest the ledger's hour mark names (``manifest_key``); older ones stay as
 history and are never rewritten.
+
+A time budget (``deadline_ms``, ``tidemark.sweeper.budget``): no manifest is started after it;
+the hours left are counted (``deferred``) and the next run completes them, one hour at a time.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from tidemark.eventtime import hour_end_ms, hour_path, iso_utc
 from tidemark.ledger.model import CommittedObject, HourMark, PartitionState
 from tidemark.runtime import Runtime
 from tidemark.sources import partition_sort_key
+from tidemark.sweeper.budget import passed
 from tidemark.sweeper.discovery import discover
 from tidemark.sweeper.lineage import finished_shards, try_list_shards
 
@@ -44,12 +48,14 @@ class CompletenessReport:
     reopened: list[str] = field(default_factory=list)  # complete before, dirty now, complete again
     waiting: dict[str, str] = field(default_factory=dict)  # "<stream>/<hour>" -> why not yet
     manifests: list[str] = field(default_factory=list)
+    deferred: int = 0  # hours not looked at: the step's deadline had passed (the next run does)
 
     def summary(self) -> dict[str, Any]:
         return {
             "completed": self.completed,
             "reopened": self.reopened,
             "waiting": len(self.waiting),
+            "deferred": self.deferred,
             "manifests": self.manifests,
         }
 
@@ -107,16 +113,21 @@ class CompletenessTracker:
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
 
-    def run(self, now_ms: int) -> CompletenessReport:
+    def run(self, now_ms: int, deadline_ms: int | None = None) -> CompletenessReport:
         report = CompletenessReport()
         for stream in self.runtime.config.streams:
-            self.stream(stream, now_ms, report)
+            self.stream(stream, now_ms, report, deadline_ms)
         return report
 
-    def stream(self, stream: StreamConfig, now_ms: int, report: CompletenessReport) -> None:
+    def stream(
+        self, stream: StreamConfig, now_ms: int, report: CompletenessReport, deadline_ms: int | None = None
+    ) -> None:
         ledger = self.runtime.ledger
         pending = [mark for mark in ledger.hour_marks(stream.name) if not mark.complete]
         if not pending:
+            return
+        if passed(self.runtime.clock.now_ms(), deadline_ms):
+            report.deferred += len(pending)
             return
         shards = None  # a Kinesis stream's shards: every one counts, finished ones are told apart
         if stream.source.stream_arn is not None:
@@ -127,7 +138,10 @@ class CompletenessTracker:
         if shards:
             finished = finished_shards(shards, {s.partition: s for s in states if isinstance(s.partition, str)})
         lateness = stream.completeness.allowed_lateness_ms
-        for mark in pending:
+        for index, mark in enumerate(pending):
+            if passed(self.runtime.clock.now_ms(), deadline_ms):
+                report.deferred += len(pending) - index
+                return
             name = f"{stream.name}/{mark.hour}"
             end = hour_end_ms(mark.hour, stream.event_time.timezone)
             blockers: list[str] = []

@@ -13,6 +13,10 @@ What it does not do, for cost: re-list hours older than the lookback once their 
 checked, or re-read checksums of objects already checked (a same-size overwrite inside the
 lookback shows up only through S3's own versioning and access logs).
 
+A time budget (``deadline_ms``, ``tidemark.sweeper.budget``): no hour is started after it; the
+hours left are counted (``hours_deferred``) and the next run checks them, since an hour is
+recorded as checked only once it was checked clean.
+
 Findings are logged and counted; nothing in S3 is ever deleted or rewritten. The order of reads
 (read the ledger's objects, list S3 under the hour's folders; only for keys the ledger does not
 know: the SEALED flushes, then the ledger's objects once more) means an object committed while
@@ -35,6 +39,7 @@ from tidemark.objects.keys import hour_folder_of_key, hour_folders
 from tidemark.objects.writer import META_SHA256
 from tidemark.runtime import Runtime
 from tidemark.sources import PartitionId
+from tidemark.sweeper.budget import passed
 from tidemark.sweeper.discovery import discover
 
 logger = logging.getLogger(__name__)
@@ -63,6 +68,7 @@ class ReconcileReport:
     hours_checked: int = 0
     objects_checked: int = 0
     checksums_checked: int = 0
+    hours_deferred: int = 0  # not started: the step's deadline had passed (the next run checks them)
     findings: list[Finding] = field(default_factory=list)
 
     def counts(self) -> Counter[str]:
@@ -73,6 +79,7 @@ class ReconcileReport:
             "hours_checked": self.hours_checked,
             "objects_checked": self.objects_checked,
             "checksums_checked": self.checksums_checked,
+            "hours_deferred": self.hours_deferred,
             "findings": dict(self.counts()),
             "details": [finding.to_dict() for finding in self.findings[:50]],
         }
@@ -148,11 +155,16 @@ class Reconciler:
                 for item in page.get("Contents", []):
                     report.findings.append(Finding(UNKNOWN, stream, "", item["Key"], f"{item['Size']} bytes"))
 
-    def reconcile_stream(self, stream: str, now_ms: int, report: ReconcileReport) -> None:
+    def reconcile_stream(
+        self, stream: str, now_ms: int, report: ReconcileReport, deadline_ms: int | None = None
+    ) -> None:
         self._strays_at_the_root(stream, report)
         hours, marks = self.hours_to_check(stream, now_ms)
         partitions = [ref.partition for ref in discover(self.runtime, stream)]
-        for hour in hours:
+        for index, hour in enumerate(hours):
+            if passed(self.runtime.clock.now_ms(), deadline_ms):
+                report.hours_deferred += len(hours) - index
+                break
             committed = self.runtime.ledger.committed_objects(stream, hour)
             listing = self._listing(self._folders(stream, hour, committed))
             strangers = set(listing) - {item.key for item in committed}
@@ -207,10 +219,10 @@ class Reconciler:
                         Finding(CHECKSUM_MISMATCH, stream, hour, item.key, f"ledger {item.sha256}, S3 {digest!r}")
                     )
 
-    def run(self, now_ms: int) -> ReconcileReport:
+    def run(self, now_ms: int, deadline_ms: int | None = None) -> ReconcileReport:
         report = ReconcileReport()
         for stream in self.runtime.config.streams:
-            self.reconcile_stream(stream.name, now_ms, report)
+            self.reconcile_stream(stream.name, now_ms, report, deadline_ms)
         for finding in report.findings:
             logger.error("reconciliation finding", extra=finding.to_dict())
         return report

@@ -37,6 +37,7 @@ class BatchOutcome:
     garbage_segments_deleted: int = 0
     chunks: int = 0  # extra ledger accepts a batch needed to keep the item within its budget
     adopted_objects: int = 0  # flushes whose object was already in S3 (same records)
+    flushes_deferred: int = 0  # left SEALED because the run's deadline had passed (a sweep's budget)
 
     def merge(self, other: BatchOutcome) -> BatchOutcome:
         self.records_in += other.records_in
@@ -52,6 +53,7 @@ class BatchOutcome:
         self.garbage_segments_deleted += other.garbage_segments_deleted
         self.chunks += other.chunks
         self.adopted_objects += other.adopted_objects
+        self.flushes_deferred += other.flushes_deferred
         return self
 
     def summary(self) -> dict[str, object]:

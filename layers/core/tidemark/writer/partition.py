@@ -136,19 +136,29 @@ class PartitionWriter:
         self._dedupe = dedupe
         self._numbered: dict[int, bytes] = {}  # position -> digest, as number() numbered the batch
         self._own: dict[int, bytes] = {}  # ... of the positions this run's accepts took
+        self._deadline_ms: int | None = None  # this run's: no flush starts after it (``write``)
+        self._deferred: set[str] = set()  # flushes this run left SEALED past its deadline
 
     # -- the run ------------------------------------------------------------------------------
 
     def write(
-        self, records: Sequence[Record], *, source: str = "", fresh: bool = False, drain: bool = False
+        self,
+        records: Sequence[Record],
+        *,
+        source: str = "",
+        fresh: bool = False,
+        drain: bool = False,
+        deadline_ms: int | None = None,
     ) -> BatchOutcome:
         """Archive one delivered batch of this partition. Returns only when every record is in a
         ledger-accepted segment (raw or dead-letter), so the caller may let offsets commit.
 
         ``source`` identifies the log the records come from (``tidemark.resets.source_identity``);
         positions a redelivery cannot explain raise ``PositionResetError`` before anything is
-        staged."""
+        staged. ``deadline_ms`` (on the clock): no flush starts after it; the flushes left are
+        SEALED, counted in ``flushes_deferred``, and resumed by a later run."""
         outcome = BatchOutcome(records_in=len(records))
+        self._deadline_ms, self._deferred = deadline_ms, set()
         state = self.recover(outcome, fresh=fresh)
         version = state.version
         if self._dedupe is not None:
@@ -164,10 +174,10 @@ class PartitionWriter:
         self.flush(state, outcome)
         return outcome
 
-    def maintain(self) -> BatchOutcome:
+    def maintain(self, *, deadline_ms: int | None = None) -> BatchOutcome:
         """Recover from a fresh read, then seal and flush whatever is due (idle buffers past
-        max age). The sweeper's entry point."""
-        return self.write((), fresh=True)
+        max age). The sweeper's entry point; it passes its step's deadline (``write``)."""
+        return self.write((), fresh=True, deadline_ms=deadline_ms)
 
     def drain(self) -> BatchOutcome:
         """Like ``maintain``, but every OPEN buffer is sealed and written now, whatever its age:
@@ -645,7 +655,9 @@ class PartitionWriter:
         """Upload and commit every SEALED flush in ``state``; failures leave it sealed for later.
 
         After a storage failure the rest wait for a later run: each would wait out the same
-        outage through every retry, and the invocation's time is better spent staging."""
+        outage through every retry, and the invocation's time is better spent staging. So do
+        those left when the run's deadline has passed (a sweep's time budget): a flush already
+        started runs to its end, none starts after it."""
         deferred = 0
         for flush_id in sorted(state.sealed):
             flush = state.sealed.get(flush_id)
@@ -653,6 +665,11 @@ class PartitionWriter:
                 continue
             if outcome.flush_errors:  # this run already met a storage failure
                 deferred += 1
+                continue
+            if self._deadline_ms is not None and self._clock.now_ms() >= self._deadline_ms:
+                deferred += 1
+                self._deferred.add(flush_id)  # (a run flushes twice: resumed, then rotated)
+                outcome.flushes_deferred = len(self._deferred)
                 continue
             try:
                 state = self._flush_one(flush, state, outcome, resumed)
@@ -685,7 +702,12 @@ class PartitionWriter:
                 )
         if deferred:
             logger.warning(
-                "flushes deferred to a later run after a storage failure", extra={**self._log, "deferred": deferred}
+                "flushes deferred to a later run",
+                extra={
+                    **self._log,
+                    "deferred": deferred,
+                    "reason": "storage failure" if outcome.flush_errors else "deadline",
+                },
             )
         return state
 
