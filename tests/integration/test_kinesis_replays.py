@@ -1,7 +1,9 @@
 """A Kinesis mapping recreated (consumer shared <-> efo, a new starting position) starts again at
 TRIM_HORIZON: the whole retained shard comes again, far below the redelivery window. Kinesis never
-hands a sequence number out twice, so that is a replay to drop, not a reset to refuse -- while
-for Kafka, whose recreated topics restart at offset 0, the same batch is refused."""
+hands a sequence number out twice, so that is a replay to drop, not a reset to refuse. Kafka's
+recreated topics restart at offset 0, so there the same batch is judged by the epoch's marks: the
+archived log replayed from its start (offsets expired, TRIM_HORIZON) is dropped, another log at
+those offsets is refused."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from tests.support.harness import EsmModel, assert_exactly_once, small_config
 from tests.support.workload import make_orders
 from tidemark.archiver import Archiver
 from tidemark.exceptions import PositionResetError
-from tidemark.resets import BELOW_WINDOW, BYTES_DIFFER
+from tidemark.resets import BELOW_WINDOW, BYTES_DIFFER, MARK_GRID
 from tidemark.sources import KAFKA, KINESIS
 
 
@@ -47,9 +49,15 @@ def test_a_kinesis_record_that_differs_at_a_known_position_is_still_refused(arch
     assert refused.value.refused[0].kind == BYTES_DIFFER
 
 
-def test_a_kafka_partition_replayed_from_the_start_is_refused(archive):
+def test_a_kafka_partition_replayed_from_the_start_is_dropped_and_another_log_refused(archive):
     config = small_config(max_records=50)
     _workload, _partition, records, archiver = _archive_in_small_batches(archive, config, KAFKA)
+    replay = archiver.handle(event_of(records[0:120], KAFKA))["orders"]
+    assert (replay.records_in, replay.staged, replay.duplicates) == (120, 0, 120)
+    recreated = [record._replace(value=b'{"order_id":"another log"}') for record in records[0:120]]
     with pytest.raises(PositionResetError) as refused:
-        archiver.handle(event_of(records[0:120], KAFKA))
+        archiver.handle(event_of(recreated, KAFKA))
+    assert refused.value.refused[0].kind == BYTES_DIFFER
+    with pytest.raises(PositionResetError) as refused:  # below the window, no marked offset: nothing to tell
+        archiver.handle(event_of(records[1:MARK_GRID], KAFKA))
     assert refused.value.refused[0].kind == BELOW_WINDOW

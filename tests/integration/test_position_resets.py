@@ -27,7 +27,7 @@ from tidemark.ledger.dynamodb import state_pk
 from tidemark.objects.writer import META_SHA256
 from tidemark.records.esm import EventSource, build_event
 from tidemark.records.model import Record
-from tidemark.resets import BELOW_WINDOW, BYTES_DIFFER, SOURCE_CHANGED
+from tidemark.resets import BELOW_WINDOW, BYTES_DIFFER, MARK_GRID, SOURCE_CHANGED
 from tidemark.verify import ExpectedRecord, verify_archive
 
 BATCH = 25
@@ -84,8 +84,11 @@ def test_a_recreated_topic_is_refused_then_archived_in_a_new_epoch(archive):
     deliver_all(archiver, old.records[0], size=5)  # 40 accepts: offset 0 is older than the window's 32
     staged = archive.runtime(config).ledger.load("orders", 0)
 
-    # The mapping finds its committed offset out of range on the new topic and starts at 0.
-    assert refused_kind(archiver, msk_event(new.records[0][:BATCH])) == BELOW_WINDOW
+    # The mapping finds no committed offset for the new topic and starts at 0: far below the
+    # window, but the epoch's marks (every 16th offset) say offset 0 held another record.
+    assert refused_kind(archiver, msk_event(new.records[0][:BATCH])) == BYTES_DIFFER
+    # A batch down there with no marked offset and no fingerprint cannot be told: refused too.
+    assert refused_kind(archiver, msk_event(new.records[0][1:MARK_GRID])) == BELOW_WINDOW
     after = archive.runtime(config).ledger.load("orders", 0)
     assert (after.staged_offset, after.epoch) == (staged.staged_offset, 0)  # nothing dropped, nothing staged
 
@@ -279,3 +282,49 @@ def test_a_crash_in_a_new_epoch_is_recovered(archive, point):
     assert_exactly(archive, in_epoch(old, 0) + in_epoch(new, 1))
     assert_never_overwritten_and_described(archive, config)
     assert not list(archive.staging_root.rglob("*.seg"))
+
+
+# -- expired consumer-group offsets: a redelivery from the start of the retained log --------------
+
+
+def test_expired_offsets_redeliver_the_retained_log_and_it_settles_without_an_operator(archive):
+    versioned(archive)
+    config = small_config()
+    workload = make_orders(partitions=1, per_partition=500, seed=16)
+    esm = EsmModel(workload, lambda crash: archive.runtime(config, crash))
+    for _ in range(80):  # 400 records in batches of 5: the fingerprint window keeps the last 32 accepts
+        assert esm.deliver(esm.batch(0, 5))
+    staged = archive.runtime(config).ledger.load("orders", 0)
+    assert staged.staged_offset == 399 and staged.fingerprints[0][0] == 240
+
+    # Retention deleted offsets 0..99; 100 records were produced while the group sat empty.
+    esm.expire(0, log_start=100)
+    outcome = Archiver(archive.runtime(config)).handle(msk_event(esm.batch(0, BATCH)))["orders"]
+    assert (outcome.staged, outcome.duplicates) == (0, BATCH)  # far below the window: a redelivery
+    esm.committed[0] = 100 + BATCH
+    esm.drain(BATCH)
+    drain(archive, config)
+
+    assert_exactly(archive, workload.expected)
+    assert_never_overwritten_and_described(archive, config)
+    after = archive.runtime(config).ledger.load("orders", 0)
+    assert (after.epoch, after.staged_offset) == (0, 499)
+
+
+def test_an_expiry_in_a_later_epoch_is_judged_by_that_epochs_marks(archive):
+    """Marks are kept per epoch: after a recreated topic's epoch 1, the old topic's marks at the
+    same offsets say nothing about the new log's records."""
+    versioned(archive)
+    config = small_config()
+    old = make_orders(partitions=1, per_partition=200, seed=17)
+    new = make_orders(partitions=1, per_partition=300, seed=18, base_ms=BASE_MS + 5 * HOUR_MS)
+    deliver_all(Archiver(archive.runtime(config)), old.records[0], size=5)
+    archive.runtime(config).writer(config.streams[0], 0).start_epoch(0, reason="topic recreated")
+    esm = EsmModel(new, lambda crash: archive.runtime(config, crash))
+    for _ in range(50):
+        assert esm.deliver(esm.batch(0, 5))
+    esm.expire(0)
+    esm.drain(BATCH)
+    drain(archive, config)
+    assert_exactly(archive, in_epoch(old, 0) + in_epoch(new, 1))
+    assert_never_overwritten_and_described(archive, config)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from functools import partial
 from pathlib import Path
+from unittest.mock import patch
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -13,8 +14,12 @@ from tests.conftest import make_archive
 from tests.support.events import event_of
 from tests.support.harness import EsmModel, RunOtherAt, small_config
 from tests.support.workload import make_orders
-from tidemark.archiver import Archiver
-from tidemark.faults import AFTER_SEGMENT_WRITE, AFTER_UPLOAD, ALL_CRASH_POINTS, CrashAt
+from tidemark.archiver import Archiver, PositionResetsError
+from tidemark.faults import AFTER_ACCEPT, AFTER_SEGMENT_WRITE, AFTER_UPLOAD, ALL_CRASH_POINTS, CrashAt
+from tidemark.ledger import model
+from tidemark.ledger.model import PartitionState
+from tidemark.records.model import Record
+from tidemark.resets import BELOW_WINDOW, MARK_GRID
 from tidemark.sources import KAFKA, KINESIS
 from tidemark.verify import verify_archive
 
@@ -36,7 +41,17 @@ overlap = st.tuples(
 sweep_inside = st.tuples(
     st.just("sweep_inside"), st.integers(0, PARTITIONS - 1), st.integers(1, 60), st.sampled_from(ALL_CRASH_POINTS)
 )
-steps = st.lists(st.one_of(deliver, deliver, tick, sweep, overlap, sweep_inside), min_size=1, max_size=14)
+# The group's committed offsets expired: the mapping starts again at TRIM_HORIZON.
+expire = st.tuples(st.just("expire"), st.integers(0, PARTITIONS - 1))
+steps = st.lists(st.one_of(deliver, deliver, tick, sweep, overlap, sweep_inside, expire), min_size=1, max_size=14)
+
+
+def assert_unverifiable(state: PartitionState, batch: list[Record], refused: PositionResetsError) -> None:
+    """The archived log is refused only where nothing can tell it: a Kafka batch reaching below
+    the fingerprint window with no marked offset there (a full batch always holds one)."""
+    below = [r.offset for r in batch if r.offset < state.fingerprints[0][0]]
+    assert batch[0].offset >= 0 and refused.kind == BELOW_WINDOW, refused
+    assert below and not any(offset % MARK_GRID == 0 for offset in below), refused
 
 
 @settings(
@@ -49,6 +64,7 @@ steps = st.lists(st.one_of(deliver, deliver, tick, sweep, overlap, sweep_inside)
     seed=st.integers(0, 10_000),
     max_records=st.sampled_from([7, 25, 50, 1000]),
     kind=st.sampled_from([KAFKA, KINESIS]),
+    window=st.sampled_from([model.FINGERPRINT_WINDOW, 4]),
 )
 # Pinned cases that random plans reach only rarely (found by mutation testing).
 @example(
@@ -56,33 +72,79 @@ steps = st.lists(st.one_of(deliver, deliver, tick, sweep, overlap, sweep_inside)
     seed=4,
     max_records=1000,
     kind=KAFKA,
+    window=model.FINGERPRINT_WINDOW,
 ).via("pinned: sweep inside a writer's accept window")
 @example(
-    plan=[("deliver", 0, 20, 0, None), ("overlap", 0, 60, 10, AFTER_SEGMENT_WRITE)], seed=9, max_records=25, kind=KAFKA
+    plan=[("deliver", 0, 20, 0, None), ("overlap", 0, 60, 10, AFTER_SEGMENT_WRITE)],
+    seed=9,
+    max_records=25,
+    kind=KAFKA,
+    window=model.FINGERPRINT_WINDOW,
 ).via("pinned: overlapping invocation inside the accept window")
 @example(
-    plan=[("deliver", 1, 60, 0, (AFTER_UPLOAD, 1)), ("deliver", 1, 60, 0, None)], seed=17, max_records=25, kind=KAFKA
+    plan=[("deliver", 1, 60, 0, (AFTER_UPLOAD, 1)), ("deliver", 1, 60, 0, None)],
+    seed=17,
+    max_records=25,
+    kind=KAFKA,
+    window=model.FINGERPRINT_WINDOW,
 ).via("pinned: crash after upload, then a redelivery")
 @example(
     plan=[("deliver", 0, 30, 0, None), ("overlap", 0, 60, 20, AFTER_SEGMENT_WRITE), ("sweep", 1, None)],
     seed=3,
     max_records=7,
     kind=KINESIS,
+    window=model.FINGERPRINT_WINDOW,
 ).via("pinned: a Kinesis shard, rewound and overlapped inside the accept window")
-def test_any_interleaving_is_exactly_once(moto_endpoint, tmp_path_factory, plan, seed, max_records, kind):
-    """For Kafka partitions and for Kinesis shards (56-digit sequence numbers with gaps) alike."""
+@example(
+    plan=[
+        ("deliver", 0, 20, 0, None),
+        ("deliver", 0, 20, 0, (AFTER_ACCEPT, 1)),
+        ("deliver", 0, 20, 0, None),
+        ("deliver", 0, 20, 0, None),
+        ("expire", 0),
+        ("deliver", 0, 7, 0, None),  # 0..6: offset 0 is marked
+        ("deliver", 0, 7, 0, None),  # 7..13: nothing to compare, refused
+        ("deliver", 0, 30, 0, None),
+    ],
+    seed=21,
+    max_records=25,
+    kind=KAFKA,
+    window=4,
+).via("pinned: offsets expired after a crash after the accept, a replay from far below the window")
+def test_any_interleaving_is_exactly_once(moto_endpoint, tmp_path_factory, plan, seed, max_records, kind, window):
+    """For Kafka partitions and for Kinesis shards (56-digit sequence numbers with gaps) alike.
+    ``window``: the fingerprint window, shrunk so that a few steps reach below it."""
+    with patch.object(model, "FINGERPRINT_WINDOW", window):
+        run_plan(moto_endpoint, tmp_path_factory, plan, seed, max_records, kind)
+
+
+def run_plan(moto_endpoint, tmp_path_factory, plan, seed, max_records, kind) -> None:
     archive = make_archive(moto_endpoint, Path(tmp_path_factory.mktemp("prop")))
     config = small_config(max_records=max_records, kind=kind)
     workload = make_orders(partitions=PARTITIONS, per_partition=PER_PARTITION, hours=4, seed=seed, kind=kind)
     esm = EsmModel(workload, lambda crash_points: archive.runtime(config, crash_points))
     stream = config.streams[0]
+
+    def refusable(archiver: Archiver, batch: list[Record]) -> None:
+        """An invocation that may meet a refusal (inside another one: the mapping retries it)."""
+        try:
+            archiver.handle(event_of(batch, kind))
+        except PositionResetsError as refused:
+            assert_unverifiable(archive.runtime(config).ledger.load("orders", batch[0].partition), batch, refused)
+
     ids = list(workload.records)  # partition numbers, or shard ids
 
     for step in plan:
         if step[0] == "deliver":
             _, index, size, rewind, fault = step
             partition = ids[index]
-            esm.deliver(esm.batch(partition, size, rewind), CrashAt(*fault) if fault else None)
+            batch = esm.batch(partition, size, rewind)
+            try:
+                esm.deliver(batch, CrashAt(*fault) if fault else None)
+            except PositionResetsError as refused:  # the batch is retried (as the mapping does)
+                assert_unverifiable(archive.runtime(config).ledger.load("orders", partition), batch, refused)
+        elif step[0] == "expire":
+            esm.expire(ids[step[1]])
         elif step[0] == "tick":
             archive.clock.advance(minutes=step[1])
         elif step[0] == "sweep":
@@ -99,10 +161,12 @@ def test_any_interleaving_is_exactly_once(moto_endpoint, tmp_path_factory, plan,
         else:
             _, index, size, rewind, point = step
             partition = ids[index]
-            other = partial(
-                Archiver(archive.runtime(config)).handle, event_of(esm.batch(partition, size, rewind), kind)
-            )
-            esm.deliver(esm.batch(partition, size), RunOtherAt(point, other))
+            other = partial(refusable, Archiver(archive.runtime(config)), esm.batch(partition, size, rewind))
+            batch = esm.batch(partition, size)
+            try:
+                esm.deliver(batch, RunOtherAt(point, other))
+            except PositionResetsError as refused:
+                assert_unverifiable(archive.runtime(config).ledger.load("orders", partition), batch, refused)
 
     esm.drain(50)
     archive.clock.advance(minutes=31)

@@ -131,6 +131,12 @@ class EsmModel:
         start = next((i for i, r in enumerate(records) if r.offset >= self.committed[partition]), len(records))
         return records[max(start - rewind, 0) :][:size]
 
+    def expire(self, partition: PartitionId, log_start: int | None = None) -> None:
+        """The group sat empty past Kafka's ``offsets.retention.minutes``: its committed offset is
+        gone, and the mapping starts again at its ``StartingPosition`` -- ``TRIM_HORIZON``, the
+        earliest offset retention left (``log_start``; the partition's first record by default)."""
+        self.committed[partition] = self.workload.records[partition][0].offset if log_start is None else log_start
+
     def deliver(self, records: list[Record], crash_points: CrashPoints | None = None) -> bool:
         """Invoke the archiver with the batch; commit offsets on success.
 

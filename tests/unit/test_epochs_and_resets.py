@@ -27,7 +27,15 @@ from tidemark.ledger.model import FINGERPRINT_WINDOW, CommittedObject, OpenBuffe
 from tidemark.objects.keys import epoch_of_key, object_key
 from tidemark.records.kafka import source_identity
 from tidemark.records.model import Record
-from tidemark.resets import BELOW_WINDOW, BYTES_DIFFER, SOURCE_CHANGED, check_positions, fingerprint
+from tidemark.resets import (
+    BELOW_WINDOW,
+    BYTES_DIFFER,
+    MARK_GRID,
+    SOURCE_CHANGED,
+    check_positions,
+    fingerprint,
+    marks_of,
+)
 from tidemark.staging.store import SegmentRef, SegmentStore
 from tidemark.writer.budget import ItemBudget, upper_bound
 
@@ -100,6 +108,79 @@ def test_a_record_older_than_the_window_is_refused():
     with pytest.raises(PositionResetError) as refused:
         check_positions(state, [record(window_start - 1)], SOURCE)
     assert refused.value.kind == BELOW_WINDOW
+
+
+class Marks:
+    """The ledger's marks of an epoch, as ``check_positions`` looks them up (and how often)."""
+
+    def __init__(self, records: list[Record]) -> None:
+        self.kept: dict[int, frozenset[int]] = {}
+        for offset, crc in marks_of(records):
+            self.kept[offset] = self.kept.get(offset, frozenset()) | {crc}
+        self.lookups = 0
+
+    def __call__(self, offsets):
+        self.lookups += 1
+        return {offset: self.kept[offset] for offset in offsets if offset in self.kept}
+
+
+def test_a_redelivery_from_far_below_the_window_is_told_by_the_marks():
+    """The group's offsets expired: the mapping starts again at TRIM_HORIZON, 300 offsets back."""
+    state = staged(*[(n * 10, n * 10 + 9) for n in range(40)])  # window 80..399
+    marks = Marks([record(offset) for offset in range(400)])
+    check_positions(state, [record(offset) for offset in range(0, 25)], SOURCE, marks=marks)  # marks 0, 16
+    check_positions(state, [record(offset) for offset in range(60, 100)], SOURCE, marks=marks)  # 64 (and the window)
+    with pytest.raises(PositionResetError) as refused:  # another log at those offsets: refused by its bytes
+        check_positions(state, [record(offset, b'{"new": 1}') for offset in range(0, 25)], SOURCE, marks=marks)
+    assert (refused.value.kind, refused.value.offset) == (BYTES_DIFFER, 0)
+
+
+def test_below_the_window_with_nothing_to_compare_is_refused():
+    state = staged(*[(n * 10, n * 10 + 9) for n in range(40)])
+    marks = Marks([record(offset) for offset in range(400)])
+    for batch, lookups in ([record(offset) for offset in range(1, MARK_GRID)], 0), ([record(32)], 1):
+        unmarked = Marks([]) if lookups else marks  # no marked offset; a marked one the ledger never kept
+        with pytest.raises(PositionResetError) as refused:
+            check_positions(state, batch, SOURCE, marks=unmarked)
+        assert refused.value.kind == BELOW_WINDOW
+        assert unmarked.lookups == lookups
+    with pytest.raises(PositionResetError):
+        check_positions(state, [record(32)], SOURCE)  # no marks at all (a caller without a ledger)
+
+
+def test_marks_are_read_only_for_a_batch_from_below_the_window():
+    state = staged(*[(n * 10, n * 10 + 9) for n in range(40)])
+    marks = Marks([record(offset) for offset in range(400)])
+    check_positions(state, [record(offset) for offset in range(90, 500)], SOURCE, marks=marks)
+    assert marks.lookups == 0
+
+
+#: an unchanged log's accepts: sizes as the mapping's batches came, then a replay of any slice
+accepts = st.lists(st.integers(1, 40), min_size=1, max_size=60)
+
+
+@settings(max_examples=200, deadline=None)
+@given(sizes=accepts, start=st.integers(0, 2000), length=st.integers(1, 120), other_log=st.booleans())
+def test_a_replay_is_dropped_only_when_it_is_the_archived_log(sizes, start, length, other_log):
+    """Whatever the accepts and the replayed slice: a record below the window is let through only
+    in a batch of the archived log; a slice of MARK_GRID records or more of it always passes;
+    any batch of another log that reaches below the window is refused."""
+    bounds, first = [], 0
+    for size in sizes:
+        bounds.append((first, first + size - 1))
+        first += size
+    state = staged(*bounds)
+    staged_offset, window_start = state.staged_offset, state.fingerprints[0][0]
+    marks = Marks([record(offset) for offset in range(staged_offset + 1)])
+    start = min(start, staged_offset)
+    batch = [record(offset, b'{"other": 1}' if other_log else b"{}") for offset in range(start, start + length)]
+    below = [r for r in batch if r.offset < window_start]
+    try:
+        check_positions(state, batch, SOURCE, marks=marks)
+    except PositionResetError as refused:
+        assert other_log or (refused.kind == BELOW_WINDOW and len(below) < MARK_GRID)
+    else:
+        assert not (other_log and below), "a record of another log below the window was let through"
 
 
 def test_a_state_without_fingerprints_drops_old_offsets_as_before():

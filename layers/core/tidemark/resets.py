@@ -11,8 +11,17 @@ would lose them. The ledger keeps what it needs to tell the two apart:
   ``PartitionBatch.source``): a batch from another source is never a redelivery;
 * a window of **fingerprints**: (offset, CRC-32 of timestamp, key, value and headers) of the first
   and last record of each recent accept. A redelivered record at a fingerprinted offset has the
-  same fingerprint; one below the window's oldest offset is further back than any redelivery
-  the mapping makes.
+  same fingerprint;
+* **marks** for the rest of the epoch: the fingerprint of every record delivered at an offset
+  that is a multiple of ``MARK_GRID`` (kept in the ledger next to the state, ``Ledger.marks``).
+  A redelivery from further back than the window -- the mapping starting again at
+  ``TRIM_HORIZON`` after the group's committed offsets expired, or a group rewound on purpose --
+  holds such offsets, and they must match.
+
+A batch is one fetch from one log, so a record of it that matches what was archived at its
+offset vouches for the batch; one that differs refuses it. A record below the window is
+dropped only when the batch holds such a match (in the window or among the marks): a batch
+there with nothing to compare against is refused (``below_window``), never guessed.
 
 A Kinesis stream never hands a sequence number out twice, so there a record further back than
 the window is a replay of the same log (a mapping recreated at TRIM_HORIZON), dropped by dedupe
@@ -27,7 +36,7 @@ where it begins.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from tidemark.exceptions import PositionResetError
 from tidemark.ledger.model import PartitionState
@@ -36,6 +45,14 @@ from tidemark.records.model import Record
 SOURCE_CHANGED = "source_changed"
 BYTES_DIFFER = "bytes_differ"
 BELOW_WINDOW = "below_window"
+
+#: a record whose offset is a multiple of this is marked (its fingerprint kept for the epoch): a
+#: redelivered batch spanning this many offsets holds at least one mark, unless the log lacks
+#: that offset (compaction, a transaction marker)
+MARK_GRID = 16
+
+#: the marks kept at some of the given offsets: offset -> every fingerprint recorded there
+MarkLookup = Callable[[Sequence[int]], Mapping[int, frozenset[int]]]
 
 
 def fingerprint(record: Record) -> int:
@@ -49,13 +66,25 @@ def fingerprint(record: Record) -> int:
     return crc
 
 
+def marks_of(records: Iterable[Record]) -> list[tuple[int, int]]:
+    """(offset, fingerprint) of the records at a multiple of ``MARK_GRID``, in their order."""
+    return [(record.offset, fingerprint(record)) for record in records if record.offset % MARK_GRID == 0]
+
+
 def check_positions(
-    state: PartitionState, records: Sequence[Record], source: str, *, reuses_positions: bool = True
+    state: PartitionState,
+    records: Sequence[Record],
+    source: str,
+    *,
+    reuses_positions: bool = True,
+    marks: MarkLookup | None = None,
 ) -> None:
     """Raise ``PositionResetError`` unless every record at or below the staged offset is a
     plausible redelivery from ``source``. Without ``reuses_positions`` (a Kinesis stream: see
     ``tidemark.sources.SourceShape``), a record below the fingerprint window is a replay of the
-    same log, not a reset: it is left to dedupe on entry."""
+    same log, not a reset: it is left to dedupe on entry. With it (Kafka), records below the
+    window are a redelivery only if the batch matches what was archived somewhere: a fingerprint
+    of the window, or one of the epoch's ``marks`` (looked up only then)."""
     if source and state.source and source != state.source:
         raise _refused(
             state,
@@ -68,28 +97,54 @@ def check_positions(
         return  # nothing to compare against (a new epoch), or nothing old in the batch
     window_start = state.fingerprints[0][0]
     known = dict(state.fingerprints)
+    below: list[Record] = []
+    matched = False
     for record in records:
         offset = record.offset
         if offset > staged:
             continue
         if offset < window_start:
-            if not reuses_positions:
-                continue  # a replay from further back than any redelivery: already archived
-            raise _refused(
-                state,
-                BELOW_WINDOW,
-                offset,
-                f"offset {offset} is below the redelivery window {window_start}..{staged}: the log was "
-                "recreated, truncated or re-pointed, or the consumer group was rewound",
-            )
+            if reuses_positions:
+                below.append(record)
+            continue  # (without reuses_positions: a replay from further back, already archived)
         expected = known.get(offset)
-        if expected is not None and expected != fingerprint(record):
+        if expected is None:
+            continue
+        if expected != fingerprint(record):
             raise _refused(
                 state,
                 BYTES_DIFFER,
                 offset,
                 f"the record at offset {offset} is not the one archived there: the log was recreated or truncated",
             )
+        matched = True
+    if not below:
+        return
+    marked = [record for record in below if record.offset % MARK_GRID == 0]
+    found = marks([record.offset for record in marked]) if marks is not None and marked else {}
+    for record in marked:
+        recorded = found.get(record.offset)
+        if not recorded:
+            continue
+        if fingerprint(record) not in recorded:
+            raise _refused(
+                state,
+                BYTES_DIFFER,
+                record.offset,
+                f"the record at offset {record.offset} is not the one archived there (below the redelivery "
+                "window, by the epoch's marks): the log was recreated or truncated",
+            )
+        matched = True
+    if not matched:
+        offset = below[0].offset
+        raise _refused(
+            state,
+            BELOW_WINDOW,
+            offset,
+            f"offset {offset} is below the redelivery window {window_start}..{staged} and nothing in the batch "
+            "matches a record archived before: the log was recreated, truncated or re-pointed (or the batch "
+            "holds no marked offset to compare)",
+        )
 
 
 def _refused(state: PartitionState, kind: str, offset: int, why: str) -> PositionResetError:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +59,21 @@ class Ledger(ABC):
     def epochs(self, stream: str, partition: PartitionId) -> list[EpochStart]:
         """Every epoch start of the partition, oldest first (epoch 0 has no record)."""
         return self._query_epochs(stream, partition)
+
+    def record_marks(
+        self, stream: str, partition: PartitionId, epoch: int, marks: Sequence[tuple[int, int]], now_ms: int
+    ) -> None:
+        """Keep (offset, fingerprint) marks of the epoch's records (see ``tidemark.resets``): an
+        idempotent set union, so marks written again, or by a writer that then loses its accept,
+        change nothing -- the log held that record at that offset either way."""
+        if marks:
+            self._add_marks(stream, partition, epoch, marks, now_ms)
+
+    def marks(
+        self, stream: str, partition: PartitionId, epoch: int, offsets: Sequence[int]
+    ) -> Mapping[int, frozenset[int]]:
+        """The epoch's marks at those offsets: offset -> every fingerprint recorded there."""
+        return self._get_marks(stream, partition, epoch, offsets) if offsets else {}
 
     def item_size(self, state: PartitionState) -> int:
         """Bytes the state takes as one stored item, as the store counts them."""
@@ -152,6 +167,16 @@ class Ledger(ABC):
 
     @abstractmethod
     def _state_item_size(self, state: PartitionState) -> int: ...
+
+    @abstractmethod
+    def _add_marks(
+        self, stream: str, partition: PartitionId, epoch: int, marks: Sequence[tuple[int, int]], now_ms: int
+    ) -> None: ...
+
+    @abstractmethod
+    def _get_marks(
+        self, stream: str, partition: PartitionId, epoch: int, offsets: Sequence[int]
+    ) -> dict[int, frozenset[int]]: ...
 
     @abstractmethod
     def _get_object(

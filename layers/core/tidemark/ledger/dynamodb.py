@@ -8,6 +8,8 @@ Keys (a single table, ``pk``/``sk`` strings):
   sweeper and the Spark job query a range of hours; see ``HourMark``)
 * partition registry: ``pk = STREAM#<stream>``, ``sk = PARTITIONS`` (a number set)
 * job runs: ``pk = RUNS#<stream>``, ``sk = <run id>`` (what an aggregation run read and wrote)
+* position marks: ``pk = PART#<stream>#<partition>``, ``sk = MARKS#<epoch>#<offset // MARKS_PAGE_SPAN>``,
+  ``marks`` a string set of ``<offset>:<fingerprint>`` (see ``tidemark.resets``), ``expires_at``
 
 Conditional writes are turned into domain errors: a lost version check becomes
 ``LedgerConflictError`` carrying the winning state (``ReturnValuesOnConditionCheckFailure``), an
@@ -19,6 +21,7 @@ from __future__ import annotations
 import random
 import time
 import zlib
+from collections.abc import Sequence
 from dataclasses import asdict, fields
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -52,6 +55,12 @@ _DESERIALIZER = TypeDeserializer()
 STATE_SK = "STATE"
 PARTITIONS_SK = "PARTITIONS"
 TRANSACTION_ATTEMPTS = 5  # on TransactionConflict only; a failed condition is never retried here
+#: offsets per marks item: with a mark every 16 offsets (``tidemark.resets.MARK_GRID``), 64 marks
+MARKS_PAGE_SPAN = 1024
+#: marks expire (the table's TTL attribute) this long after their last write: a redelivery from
+#: further back finds none and is refused (``below_window``), never guessed
+MARKS_RETENTION_S = 400 * 24 * 3600
+TTL_ATTRIBUTE = "expires_at"
 
 
 def ledger_table_schema(table_name: str) -> dict[str, Any]:
@@ -74,6 +83,11 @@ def pk_sk_table_schema(table_name: str) -> dict[str, Any]:
 
 def state_pk(stream: str, partition: PartitionId) -> str:
     return f"PART#{stream}#{partition}"
+
+
+def marks_sk(epoch: int, page: int) -> str:
+    """A marks item of the partition (``pk = state_pk``): pages sort by number within an epoch."""
+    return f"MARKS#{epoch:05d}#{page:016d}"
 
 
 def hour_pk(stream: str, hour: str) -> str:
@@ -524,6 +538,47 @@ class DynamoDBLedger(Ledger):
         ):
             found.extend(epoch_from_item(_deserialize(item)) for item in page.get("Items", []))
         return found
+
+    def _add_marks(
+        self, stream: str, partition: PartitionId, epoch: int, marks: Sequence[tuple[int, int]], now_ms: int
+    ) -> None:
+        pages: dict[int, list[str]] = {}
+        for offset, crc in marks:
+            pages.setdefault(offset // MARKS_PAGE_SPAN, []).append(f"{offset}:{crc}")
+        for page, entries in sorted(pages.items()):
+            self._client.update_item(
+                TableName=self.table_name,
+                Key={"pk": {"S": state_pk(stream, partition)}, "sk": {"S": marks_sk(epoch, page)}},
+                UpdateExpression="ADD marks :marks SET #ttl = :ttl",
+                ExpressionAttributeNames={"#ttl": TTL_ATTRIBUTE},
+                ExpressionAttributeValues={
+                    ":marks": {"SS": sorted(set(entries))},
+                    ":ttl": {"N": str(now_ms // 1000 + MARKS_RETENTION_S)},
+                },
+            )
+
+    def _get_marks(
+        self, stream: str, partition: PartitionId, epoch: int, offsets: Sequence[int]
+    ) -> dict[int, frozenset[int]]:
+        wanted = set(offsets)
+        pages = [offset // MARKS_PAGE_SPAN for offset in wanted]
+        found: dict[int, set[int]] = {}
+        for page in self._client.get_paginator("query").paginate(
+            TableName=self.table_name,
+            KeyConditionExpression="pk = :pk AND sk BETWEEN :low AND :high",
+            ExpressionAttributeValues={
+                ":pk": {"S": state_pk(stream, partition)},
+                ":low": {"S": marks_sk(epoch, min(pages))},
+                ":high": {"S": marks_sk(epoch, max(pages))},
+            },
+            ConsistentRead=True,
+        ):
+            for item in page.get("Items", []):
+                for entry in item.get("marks", {}).get("SS", []):
+                    offset, crc = entry.split(":")
+                    if int(offset) in wanted:
+                        found.setdefault(int(offset), set()).add(int(crc))
+        return {offset: frozenset(crcs) for offset, crcs in found.items()}
 
     def _get_object(
         self, stream: str, hour: str, kind: str, partition: PartitionId, first: int, epoch: int

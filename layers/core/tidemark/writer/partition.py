@@ -58,7 +58,7 @@ from tidemark.objects.content import ContentDigest
 from tidemark.objects.keys import epoch_of_key
 from tidemark.objects.writer import ObjectStore
 from tidemark.records.model import Record
-from tidemark.resets import check_positions, fingerprint
+from tidemark.resets import MarkLookup, check_positions, fingerprint, marks_of
 from tidemark.routing import Routed
 from tidemark.sources import PartitionId
 from tidemark.staging.frames import Frame
@@ -382,7 +382,7 @@ class PartitionWriter:
             return state
         reuses = self.stream.config.source.shape.reuses_positions
         try:
-            check_positions(state, records, source, reuses_positions=reuses)
+            check_positions(state, records, source, reuses_positions=reuses, marks=self._marks(state.epoch))
         except PositionResetError:
             # This container's cached state may predate an epoch another process started: only
             # the stored state can refuse a batch.
@@ -390,7 +390,7 @@ class PartitionWriter:
             if stored.version == state.version:
                 raise
             state = stored
-            check_positions(state, records, source, reuses_positions=reuses)
+            check_positions(state, records, source, reuses_positions=reuses, marks=self._marks(state.epoch))
         epoch = state.epoch
         offsets, routes, sources = self._route_new(records, state.staged_offset)
         routed = list(zip(offsets, routes, strict=True))
@@ -450,6 +450,10 @@ class PartitionWriter:
                     fingerprints=[(sources[i].offset, fingerprint(sources[i])) for i in sorted(ends)],
                 )
                 prepared = self._ledger.prepare(accepted)
+                if reuses:  # the chunk's marks, before its accept (see ``tidemark.resets``)
+                    self._ledger.record_marks(
+                        self.stream.name, self.partition, epoch, marks_of(sources[start:end]), now
+                    )
             try:
                 state = self._remember(self._ledger.save(accepted, state, prepared))
             except LedgerConflictError as conflict:
@@ -496,6 +500,10 @@ class PartitionWriter:
             if len(chunk) < len(fresh):  # make room for the next chunk
                 state = self.flush(self.rotate(state, outcome), outcome)
         return state
+
+    def _marks(self, epoch: int) -> MarkLookup:
+        """The epoch's marks at some offsets (read only for a batch from below the window)."""
+        return lambda offsets: self._ledger.marks(self.stream.name, self.partition, epoch, offsets)
 
     def _chunk(
         self, fresh: list[tuple[int, Routed]], state: PartitionState, now: int, source: str
