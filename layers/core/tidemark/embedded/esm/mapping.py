@@ -26,6 +26,8 @@ Behaves like the Lambda event source mapping for MSK / self-managed Kafka:
 
 A "rebalance" (``rebalance()``) closes the consumer and joins the group again, so delivery
 restarts from the committed offsets -- what happens to a real ESM when brokers or pollers move.
+An expiry (``expire_offsets()``) deletes the group's committed offsets, as Kafka does after the
+group has been empty for ``offsets.retention.minutes``: delivery restarts at the starting position.
 Whenever partitions are (re)assigned, each one resumes at its committed offset or, before its
 first commit, at the first offset this mapping ever saw there -- never at ``auto.offset.reset``
 again, which for ``LATEST`` would skip what was delivered but not yet committed. Records below a
@@ -139,6 +141,7 @@ class MappingStats:
     registry_reasons: dict[str, int] = field(default_factory=dict)  # those records by AWS's reason
     abandoned_batches: int = 0  # batches given up on after their retries (AWS's rule)
     abandoned_records: int = 0
+    offset_expiries: int = 0  # the group's committed offsets expired (``expire_offsets``)
 
     def plus(self, other: MappingStats) -> MappingStats:
         """Both mappings' deliveries (the demo runs a second one after recreating its topic)."""
@@ -159,6 +162,7 @@ class MappingStats:
             },
             abandoned_batches=self.abandoned_batches + other.abandoned_batches,
             abandoned_records=self.abandoned_records + other.abandoned_records,
+            offset_expiries=self.offset_expiries + other.offset_expiries,
         )
 
 
@@ -288,6 +292,28 @@ class EventSourceMapping:
             if self.clock.now_ms() > deadline:
                 raise MappingError(f"no partitions of {self.config.topic!r} assigned within {timeout_s:.0f}s")
             self._consume(0.2)
+
+    def expire_offsets(self) -> None:
+        """The group's committed offsets expire, as Kafka expires them once a group has been
+        empty for ``offsets.retention.minutes`` (7 days by default): the mapping leaves the group,
+        its offsets are deleted on the broker, and it joins again with none, so each partition
+        starts at ``starting_position`` -- what AWS's mapping does with a group that has no
+        committed offsets (Customizable consumer group ID in Lambda:
+        https://docs.aws.amazon.com/lambda/latest/dg/kafka-consumer-group-id.html). From
+        ``TRIM_HORIZON`` the retained log comes again; the ledger drops it as redelivered."""
+        from confluent_kafka.admin import AdminClient
+
+        self.stats.offset_expiries += 1
+        self._fetched.clear()
+        self._builder.take()
+        self._next.clear()
+        self.close()
+        admin = AdminClient(client_settings(self.config.bootstrap_servers))
+        for future in admin.delete_consumer_groups([self.config.group_id], request_timeout=30).values():
+            future.result()
+        self.committed.clear()
+        self._start.clear()  # no "first offset this mapping saw" either: it starts afresh
+        self.start()
 
     def rebalance(self) -> None:
         """Leave and rejoin the group: everything not committed is delivered again."""
