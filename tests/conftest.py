@@ -117,10 +117,12 @@ class Archive:
         }
 
 
-def make_archive(endpoint: str, root: Path) -> Archive:
-    """A fresh bucket, ledger table (same schema as the stack's) and staging directory."""
-    s3 = boto3.client("s3", endpoint_url=endpoint)
-    dynamodb = boto3.client("dynamodb", endpoint_url=endpoint)
+def make_archive(endpoint: str, root: Path, *, session: boto3.Session | None = None) -> Archive:
+    """A fresh bucket, ledger table (same schema as the stack's) and staging directory, made and
+    checked with ``session``'s credentials (the environment's by default)."""
+    maker: Any = session or boto3
+    s3 = maker.client("s3", endpoint_url=endpoint)
+    dynamodb = maker.client("dynamodb", endpoint_url=endpoint)
     suffix = uuid.uuid4().hex[:10]
     bucket, table = f"tidemark-archive-{suffix}", f"tidemark-ledger-{suffix}"
     s3.create_bucket(Bucket=bucket)

@@ -40,6 +40,7 @@ from tests.support.iam import (
     IamArchive,
     IamServer,
     RoleSession,
+    Step,
     TemplateGrants,
     Use,
     allowed_reason,
@@ -93,19 +94,6 @@ class Deployment:
         resource = self.template["Resources"][self.policy]
         assert resource["Type"] == "AWS::IAM::ManagedPolicy"
         return list(self.grants(archive).resolve(resource["Properties"]["PolicyDocument"]["Statement"]))
-
-
-@dataclass
-class Step:
-    """One command run as the operator: the CLI's result, or the error a core raised."""
-
-    result: Any = None
-    error: BaseException | None = None
-
-    def ok(self) -> Any:
-        if self.error is not None:
-            raise AssertionError(f"{type(self.error).__name__}: {self.error}") from self.error
-        return self.result
 
 
 @dataclass

@@ -30,7 +30,7 @@ from tests.support.harness import (
     small_config,
     small_config_data,
 )
-from tests.support.iam import IamArchive, IamServer, TemplateGrants, Use, allowed_reason, granted, unused_grants
+from tests.support.iam import IamArchive, IamServer, Step, TemplateGrants, Use, allowed_reason, granted, unused_grants
 from tests.support.queue_model import QueueModel, publish_orders, rabbitmq_source
 from tests.support.workload import make_orders
 from tidemark.archiver import Archiver
@@ -107,19 +107,6 @@ def multipart_config() -> TidemarkConfig:
     stream["flush"] = {"max_records": 400, "max_bytes": "64MiB", "max_age": "15m"}
     stream["dead_letter"] = {"max_record_bytes": "1MiB"}
     return parse_config(yaml.safe_load(yaml.safe_dump(data)))
-
-
-@dataclass
-class Step:
-    """One code path run under its role: what it returned, or the error it raised."""
-
-    result: Any = None
-    error: BaseException | None = None
-
-    def ok(self) -> Any:
-        if self.error is not None:
-            raise AssertionError(f"{type(self.error).__name__}: {self.error}") from self.error
-        return self.result
 
 
 @dataclass

@@ -73,9 +73,7 @@ from tests.support.iam import (
 from tests.support.workload import Workload, make_orders
 from tidemark.config import TidemarkConfig
 from tidemark.embedded.moto_server import moto_server
-from tidemark.faults import CrashPoints
 from tidemark.ledger.dynamodb import DynamoDBLedger
-from tidemark.runtime import Runtime
 
 pytestmark = pytest.mark.xdist_group("spark")  # the session's one JVM: with the other Spark tests
 
@@ -236,26 +234,10 @@ class Aggregated:
     executor_rows: int  # records fetch_objects read in this process, under the role
 
 
-def admin_runtime(archive: IamArchive, config: TidemarkConfig) -> Callable[[CrashPoints | None], Runtime]:
-    def build(crash: CrashPoints | None) -> Runtime:
-        return Runtime.build(
-            config,
-            bucket=archive.bucket,
-            table=archive.table,
-            staging_root=str(archive.staging_root),
-            clock=archive.clock,
-            crash_points=crash,
-            s3_client=archive.s3,
-            dynamodb_client=archive.dynamodb,
-        )
-
-    return build
-
-
 def archive_workload(archive: IamArchive, config: TidemarkConfig) -> Workload:
     """Two hours of two partitions, late records and dead letters, archived by the admin."""
     workload = make_orders(partitions=2, per_partition=150, hours=2, late_share=0.05, bad_share=0.05, seed=27)
-    runtimes = admin_runtime(archive, config)
+    runtimes = archive.runtimes(config, role=None)
     EsmModel(workload, runtimes).drain(40)
     archive.clock.advance(minutes=16)
     runtime = runtimes(None)

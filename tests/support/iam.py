@@ -36,7 +36,6 @@ from botocore.config import Config
 from tidemark.clock import ManualClock
 from tidemark.config import TidemarkConfig
 from tidemark.faults import CrashPoints
-from tidemark.ledger.dynamodb import ledger_table_schema
 from tidemark.runtime import Runtime
 
 ACCOUNT = "123456789012"
@@ -246,6 +245,20 @@ def allowed_reason(grant: Use) -> str | None:
 
 
 @dataclass
+class Step:
+    """One code path run under a role: what it returned, or the error it raised (a test of that
+    step asserts on it, so one denial fails its own test rather than the whole module)."""
+
+    result: Any = None
+    error: BaseException | None = None
+
+    def ok(self) -> Any:
+        if self.error is not None:
+            raise AssertionError(f"{type(self.error).__name__}: {self.error}") from self.error
+        return self.result
+
+
+@dataclass
 class RoleSession:
     """A role's assumed credentials, and every IAM authorization its clients' calls needed."""
 
@@ -346,14 +359,10 @@ class IamArchive:
 
     @classmethod
     def create(cls, server: IamServer, root: Path) -> IamArchive:
-        s3, dynamodb = server.admin_client("s3"), server.admin_client("dynamodb")
-        suffix = uuid.uuid4().hex[:10]
-        bucket, table = f"tidemark-archive-{suffix}", f"tidemark-ledger-{suffix}"
-        s3.create_bucket(Bucket=bucket)
-        dynamodb.create_table(**ledger_table_schema(table))
-        staging = root / f"staging-{suffix}"
-        staging.mkdir(parents=True)
-        return cls(server, bucket, table, staging, ManualClock(), s3, dynamodb)
+        from tests.conftest import make_archive
+
+        made = make_archive(server.endpoint, root, session=server.admin)
+        return cls(server, made.bucket, made.table, made.staging_root, made.clock, made.s3, made.dynamodb)
 
     def physical(
         self, bucket_id: str, table_id: str, extra: Mapping[str, tuple[str, str]] = {}
@@ -370,11 +379,15 @@ class IamArchive:
         return role
 
     def runtime(
-        self, config: TidemarkConfig, crash_points: CrashPoints | None = None, *, role: str = "archiver"
+        self, config: TidemarkConfig, crash_points: CrashPoints | None = None, *, role: str | None = "archiver"
     ) -> Runtime:
         """A runtime whose S3 and DynamoDB clients hold ``role``'s credentials (the archiver's by
-        default, so the suite's harness helpers run as the archiver)."""
-        session = self.roles[role]
+        default, so the suite's harness helpers run as the archiver; ``None``: the admin's)."""
+        s3, dynamodb = (
+            (self.s3, self.dynamodb)
+            if role is None
+            else (self.roles[role].client("s3"), self.roles[role].client("dynamodb"))
+        )
         return Runtime.build(
             config,
             bucket=self.bucket,
@@ -382,9 +395,11 @@ class IamArchive:
             staging_root=str(self.staging_root),
             clock=self.clock,
             crash_points=crash_points,
-            s3_client=session.client("s3"),
-            dynamodb_client=session.client("dynamodb"),
+            s3_client=s3,
+            dynamodb_client=dynamodb,
         )
 
-    def runtimes(self, config: TidemarkConfig, role: str = "archiver") -> Callable[[CrashPoints | None], Runtime]:
+    def runtimes(
+        self, config: TidemarkConfig, role: str | None = "archiver"
+    ) -> Callable[[CrashPoints | None], Runtime]:
         return lambda crash: self.runtime(config, crash, role=role)
