@@ -17,11 +17,16 @@ destination, Lambda automatically applies a maximum of 10 retry attempts",
 https://docs.aws.amazon.com/lambda/latest/dg/kafka-on-failure-destination.html), and a batch it
 gives up on leaves the archive: an S3 or DynamoDB outage of a few minutes, a ledger that is full,
 a position reset waiting for its operator would each become loss. So a stream's batch is retried
-until it succeeds, unless the stream bounds its retries (``archiver.retry_attempts``) or uses the
-mapping's schema registry integration, which sends the records it cannot decode to the
-destination and drops them without one (Using schema registries with Kafka event sources). Then
-the destination is the bucket's ``aws/lambda/`` prefix and the ``AbandonedRecords`` alarm counts
-what reaches it; a registry stream that sets no bound gets AWS's largest, 10,000.
+until it succeeds, unless the stream bounds its retries (``archiver.retry_attempts``): then the
+destination is the bucket's ``aws/lambda/`` prefix, and the ``AbandonedRecords`` alarm counts what
+reaches it or is dropped. A stream on the mapping's schema registry integration keeps unbounded
+retries too: a bound there would also abandon a batch refused for a position reset (waiting for
+its operator) or a storage outage, and after an abandoned reset batch the next ones would be
+archived into the old epoch. So the records the integration cannot decode are dropped by the
+mapping ("If no DLQ is configured, Lambda drops the message", Using schema registries with Kafka
+event sources), counted, and alarmed (``AbandonedRecords``: ``DroppedEventCount`` and
+``SchemaRegistryErrorCount``); ``encoding.wire_format: confluent`` decodes in the archiver
+instead, where an undecodable record is a dead letter with its reason.
 
 Every function runs on the core layer; the function of a stream whose objects need Parquet, Avro
 or CSV (``needs_format_layer``) also on the formats layer, and only that one: the formats
@@ -50,18 +55,20 @@ from tidemark.exceptions import ConfigError
 
 #: where the mapping writes a batch it gave up on (Lambda names the keys below it)
 ON_FAILURE_PREFIX = "aws/lambda"
-#: MaximumRetryAttempts' largest value for a Kafka mapping (CreateEventSourceMapping: -1 to 10,000)
-MAX_KAFKA_RETRY_ATTEMPTS = 10_000
 
 
 def kafka_retry_attempts(stream: StreamConfig) -> int | None:
     """The Kafka mapping's ``MaximumRetryAttempts``, or ``None`` for unbounded retries and no
     on-failure destination (see the module docstring)."""
-    if stream.archiver.retry_attempts is not None:
-        return stream.archiver.retry_attempts
-    if stream.source.schema_registry is not None:
-        return MAX_KAFKA_RETRY_ATTEMPTS
-    return None
+    return stream.archiver.retry_attempts
+
+
+def abandons_records(stream: StreamConfig) -> bool:
+    """Can the stream's Kafka mapping leave records out of the archive by itself (bounded
+    retries, or undecodable records of its schema registry integration)? Then they alarm."""
+    return stream.source.kind in ("msk", "kafka") and (
+        kafka_retry_attempts(stream) is not None or stream.source.schema_registry is not None
+    )
 
 
 @jsii.implements(lambda_.IEventSourceDlq)

@@ -27,7 +27,7 @@ from aws_cdk import aws_sns_subscriptions as subscriptions
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
-from stacks.archiver import ON_FAILURE_PREFIX, kafka_retry_attempts
+from stacks.archiver import ON_FAILURE_PREFIX, abandons_records, kafka_retry_attempts
 from stacks.source import KinesisSource, RabbitMQSource
 from tidemark.config import StreamConfig, TidemarkConfig
 
@@ -118,9 +118,7 @@ class ObservabilityConstruct(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         self._mappings = dict(mappings or {})
-        missing = [
-            s.name for s in config.streams if kafka_retry_attempts(s) is not None and s.name not in self._mappings
-        ]
+        missing = [s.name for s in config.streams if abandons_records(s) and s.name not in self._mappings]
         if missing:
             raise ValueError(
                 f"observability needs the event source mapping of every stream with bounded retries; missing {missing}"
@@ -311,11 +309,13 @@ class ObservabilityConstruct(Construct):
         return alarm
 
     def _abandoned_alarm(self, stream: StreamConfig) -> cw.Alarm:
-        """Records a Kafka mapping gave up on: written to its on-failure destination after
-        ``MaximumRetryAttempts`` (or rejected by its schema registry integration), or dropped when
-        even that write failed ("For the DroppedEventCount metric, Lambda emits a number equal to
-        the number of events that failed delivery", Types of metrics for Lambda functions: event
-        source mapping metrics, by ``EventSourceMappingUUID``). None of them is in the archive."""
+        """Records a Kafka mapping left out of the archive: written to its on-failure destination
+        after ``MaximumRetryAttempts`` (``OnFailureDestinationDeliveredEventCount``), dropped --
+        when that write failed, or, without a destination, what its schema registry integration
+        could not decode (``DroppedEventCount``: "For the DroppedEventCount metric, Lambda emits a
+        number equal to the number of events that failed delivery") -- and, for a registry stream,
+        the integration's errors (``SchemaRegistryErrorCount``). Types of metrics for Lambda
+        functions, event source mapping metrics, by ``EventSourceMappingUUID``."""
         name, mapping = stream.name, self._mappings[stream.name]
 
         def esm_metric(metric: str) -> cw.Metric:
@@ -327,22 +327,28 @@ class ObservabilityConstruct(Construct):
                 period=PERIOD,
             )
 
+        metrics = {"delivered": "OnFailureDestinationDeliveredEventCount", "dropped": "DroppedEventCount"}
+        if stream.source.schema_registry is not None:
+            metrics["registry"] = "SchemaRegistryErrorCount"
         abandoned = cw.MathExpression(
-            expression="FILL(delivered, 0) + FILL(dropped, 0)",
-            using_metrics={
-                "delivered": esm_metric("OnFailureDestinationDeliveredEventCount"),
-                "dropped": esm_metric("DroppedEventCount"),
-            },
-            label="records given up on",
+            expression=" + ".join(f"FILL({key}, 0)" for key in metrics),
+            using_metrics={key: esm_metric(metric) for key, metric in metrics.items()},
+            label="records left out of the archive",
             period=PERIOD,
+        )
+        where = (
+            f"the on-failure destination (s3://<bucket>/{ON_FAILURE_PREFIX}/) names each batch's topic, partition "
+            "and offsets"
+            if kafka_retry_attempts(stream) is not None
+            else "the mapping dropped them (no destination: a bound on retries would abandon refused batches too)"
         )
         return self._alarm(
             f"AbandonedRecords-{name}",
             abandoned,
-            f"{name}: the event source mapping gave up on records after its retries (archiver.retry_attempts) or "
-            "its schema registry could not decode them: they are NOT in the archive. The on-failure destination "
-            f"(s3://<bucket>/{ON_FAILURE_PREFIX}/) names each batch's topic, partition and offsets; archive them "
-            "again from Kafka before the topic's retention expires (`tidemark audit` lists the missing offsets)",
+            f"{name}: the event source mapping left records out of the archive -- given up on after "
+            "archiver.retry_attempts, or not decodable by its schema registry: they are NOT in the archive. "
+            f"{where}; archive them again from Kafka before the topic's retention expires (`tidemark audit` lists "
+            "the missing offsets)",
         )
 
     def _stream_alarms(self, stream: StreamConfig, fn: lambda_.IFunction) -> list[cw.Alarm]:
@@ -409,7 +415,7 @@ class ObservabilityConstruct(Construct):
                 reset + ": the archiver refuses the batch until an operator starts a new epoch "
                 "with `tidemark epoch start` (see README 'Epochs')",
             ),
-            *([self._abandoned_alarm(stream)] if kafka_retry_attempts(stream) is not None else []),
+            *([self._abandoned_alarm(stream)] if abandons_records(stream) else []),
         ]
 
     def _shared_alarms(self) -> list[cw.Alarm]:

@@ -182,14 +182,16 @@ def test_a_glue_registry_reaches_the_mapping_with_grants_on_it_only(example_conf
         "SchemaValidationConfigs": [{"Attribute": "KEY"}, {"Attribute": "VALUE"}],
     }
     assert mapping(template)["ProvisionedPollerConfig"] == {"MinimumPollers": 1, "MaximumPollers": 4}
-    # records the registry cannot decode go to the on-failure destination (none: dropped), and with
-    # one AWS caps unbounded retries at 10: the bound is AWS's largest, and the destination alarms
-    assert mapping(template)["MaximumRetryAttempts"] == 10_000
-    assert "OnFailure" in mapping(template)["DestinationConfig"]
-    alarm_names = json.dumps(
-        [a["Properties"]["AlarmName"] for a in template.find_resources("AWS::CloudWatch::Alarm").values()]
-    )
-    assert "AbandonedRecords-orders" in alarm_names
+    # unbounded retries and no destination (a bound would abandon a refused batch too): the
+    # records the registry cannot decode are dropped by the mapping, and that alarms
+    assert "MaximumRetryAttempts" not in mapping(template) and "DestinationConfig" not in mapping(template)
+    (alarm,) = [
+        a["Properties"]
+        for a in template.find_resources("AWS::CloudWatch::Alarm").values()
+        if "AbandonedRecords-orders" in json.dumps(a["Properties"]["AlarmName"])
+    ]
+    names = {m["MetricStat"]["Metric"]["MetricName"] for m in alarm["Metrics"] if "MetricStat" in m}
+    assert names == {"OnFailureDestinationDeliveredEventCount", "DroppedEventCount", "SchemaRegistryErrorCount"}
     statements = archiver_statements(template)
     assert actions_on(statements, REGISTRY) == {"glue:GetRegistry", "glue:GetSchemaVersion"}
     assert "glue:*" not in json.dumps(statements)
