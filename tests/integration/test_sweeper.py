@@ -297,3 +297,30 @@ def test_each_step_stops_starting_work_at_its_deadline_and_the_next_run_continue
     assert (sorted(done.completed), done.deferred) == (sorted(f"orders/{hour}" for hour in pending), 0)
     report = verify_archive(archive.s3, archive.bucket, "orders", orders.expected)
     assert report.ok and report.archived == len(orders.expected), report.summary()
+
+
+def test_a_manifest_written_by_an_overlapping_execution_is_never_overwritten(archive):
+    """Two executions completing one hour at the same commits (they overlap: the execution timeout
+    is longer than the interval) would write the same key with other times in it: the second
+    write is conditional, and S3's 412 means the manifest is already there."""
+    archive = replace(archive, clock=ManualClock(BASE_MS + 4 * HOUR_MS))
+    config = small_config(max_records=25)
+    runtime = archive.runtime(config)
+    orders = make_orders(partitions=1, per_partition=60, hours=1, late_share=0.0, bad_share=0.0)
+    Archiver(runtime).handle(msk_event(orders.records[0]))
+    archive.clock.advance(minutes=16)
+    for ref in discover_all(runtime):
+        sweep_partition(runtime, ref.stream, ref.partition)
+    archive.clock.advance(ms=3 * HOUR_MS)
+    marks = runtime.ledger.hour_marks("orders")
+    keys = {mark.hour: manifest_key("manifests", "orders", mark.hour, mark.commits) for mark in marks}
+    theirs = b'{"written": "by the other execution"}'
+    for key in keys.values():
+        archive.s3.put_object(Bucket=archive.bucket, Key=key, Body=theirs)
+
+    report = CompletenessTracker(runtime).run(archive.clock.now_ms())
+
+    assert sorted(report.completed) == sorted(f"orders/{hour}" for hour in keys)
+    assert sorted(report.manifests) == sorted(keys.values())
+    for key in keys.values():
+        assert archive.s3.get_object(Bucket=archive.bucket, Key=key)["Body"].read() == theirs

@@ -59,7 +59,7 @@ def _add_if_none_match(params: dict[str, Any], **_kwargs: Any) -> None:
         params["IfNoneMatch"] = "*"
 
 
-def _precondition_failed(exc: BaseException) -> bool:
+def precondition_failed(exc: BaseException) -> bool:
     """Did S3 refuse the upload because the key exists? (412; s3transfer wraps the ClientError
     of a single PutObject or a CompleteMultipartUpload into a message.)"""
     if isinstance(exc, ClientError):
@@ -163,7 +163,7 @@ class ObjectStore:
                         Config=self._transfer,
                     )
             except (S3UploadFailedError, ClientError) as exc:
-                if not _precondition_failed(exc):
+                if not precondition_failed(exc):
                     raise
                 return self._existing(uploaded, first, last)
             finally:

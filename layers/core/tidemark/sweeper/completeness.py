@@ -29,10 +29,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+from botocore.exceptions import ClientError
 
 from tidemark.config.model import StreamConfig
 from tidemark.eventtime import hour_end_ms, hour_path, iso_utc
 from tidemark.ledger.model import CommittedObject, HourMark, PartitionState
+from tidemark.objects.writer import precondition_failed
 from tidemark.runtime import Runtime
 from tidemark.sources import partition_sort_key
 from tidemark.sweeper.budget import passed
@@ -167,12 +169,20 @@ class CompletenessTracker:
     ) -> None:
         objects = self.runtime.ledger.committed_objects(stream.name, mark.hour)
         key = manifest_key(self.runtime.config.sweeper.manifests_prefix, stream.name, mark.hour, mark.commits)
-        self.runtime.objects.client.put_object(
-            Bucket=self.runtime.objects.bucket,
-            Key=key,
-            Body=manifest_body(stream, mark, objects, states, now_ms),
-            ContentType="application/json",
-        )
+        # A manifest is never rewritten: overlapping executions (or a retried step) that complete
+        # the same hour at the same commits would write other bytes (its times) under one key.
+        try:
+            self.runtime.objects.client.put_object(
+                Bucket=self.runtime.objects.bucket,
+                Key=key,
+                Body=manifest_body(stream, mark, objects, states, now_ms),
+                ContentType="application/json",
+                IfNoneMatch="*",
+            )
+        except ClientError as exc:
+            if not precondition_failed(exc):
+                raise
+            logger.info("manifest already written for these commits", extra={"hour": mark.hour, "manifest": key})
         if not self.runtime.ledger.record_manifest(mark, key, now_ms):
             logger.info("hour got a new object while completing; next sweep", extra={"hour": mark.hour})
             return
