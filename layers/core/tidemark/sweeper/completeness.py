@@ -128,7 +128,8 @@ class CompletenessTracker:
         pending = [mark for mark in ledger.hour_marks(stream.name) if not mark.complete]
         if not pending:
             return
-        if passed(self.runtime.clock.now_ms(), deadline_ms):
+        # at least one manifest per run, whatever the time: a backlog never stops completeness
+        if report.manifests and passed(self.runtime.clock.now_ms(), deadline_ms):
             report.deferred += len(pending)
             return
         shards = None  # a Kinesis stream's shards: every one counts, finished ones are told apart
@@ -141,7 +142,7 @@ class CompletenessTracker:
             finished = finished_shards(shards, {s.partition: s for s in states if isinstance(s.partition, str)})
         lateness = stream.completeness.allowed_lateness_ms
         for index, mark in enumerate(pending):
-            if passed(self.runtime.clock.now_ms(), deadline_ms):
+            if report.manifests and passed(self.runtime.clock.now_ms(), deadline_ms):
                 report.deferred += len(pending) - index
                 return
             name = f"{stream.name}/{mark.hour}"

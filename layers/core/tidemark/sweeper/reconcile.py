@@ -160,9 +160,11 @@ class Reconciler:
     ) -> None:
         self._strays_at_the_root(stream, report)
         hours, marks = self.hours_to_check(stream, now_ms)
+        hours = self._in_budget_order(hours, marks, now_ms)
         partitions = [ref.partition for ref in discover(self.runtime, stream)]
         for index, hour in enumerate(hours):
-            if passed(self.runtime.clock.now_ms(), deadline_ms):
+            # at least one hour per run, whatever the time: a backlog never stops reconciliation
+            if report.hours_checked and passed(self.runtime.clock.now_ms(), deadline_ms):
                 report.hours_deferred += len(hours) - index
                 break
             committed = self.runtime.ledger.committed_objects(stream, hour)
@@ -180,6 +182,17 @@ class Reconciler:
             report.hours_checked += 1
             if full and mark is not None and len(report.findings) == before:
                 self.runtime.ledger.record_reconciled(mark)
+
+    def _in_budget_order(self, hours: list[str], marks: dict[str, HourMark], now_ms: int) -> list[str]:
+        """The order a run with a time budget checks hours in: those with commits not yet checked
+        first (oldest first), then the lookback's rechecks starting at a place that moves with
+        every interval, so a run cut short by its deadline never leaves the same hours out twice."""
+        unchecked = [h for h in hours if (m := marks.get(h)) is not None and m.reconciled_commits < m.commits]
+        rest = [h for h in hours if h not in set(unchecked)]
+        if rest:
+            turn = (now_ms // self.runtime.config.sweeper.interval_ms) % len(rest)
+            rest = rest[turn:] + rest[:turn]
+        return unchecked + rest
 
     def _in_flight(self, stream: str, hour: str, partitions: list[PartitionId]) -> set[str]:
         """Object keys of the hour's SEALED flushes: uploaded or about to be, not yet committed."""
