@@ -6,7 +6,7 @@ import random
 from dataclasses import replace
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from tidemark.buffers import BufferKey
@@ -111,12 +111,14 @@ def test_a_record_older_than_the_window_is_refused():
 
 
 class Marks:
-    """The ledger's marks of an epoch, as ``check_positions`` looks them up (and how often)."""
+    """The ledger's marks of an epoch, as ``check_positions`` looks them up (and how often):
+    ``records`` marked as one accept, or ``accepts`` each marked as its own."""
 
-    def __init__(self, records: list[Record]) -> None:
+    def __init__(self, records: list[Record] = (), accepts: list[list[Record]] = ()) -> None:  # type: ignore[assignment]
         self.kept: dict[int, frozenset[int]] = {}
-        for offset, crc in marks_of(records):
-            self.kept[offset] = self.kept.get(offset, frozenset()) | {crc}
+        for accepted in [list(records), *accepts]:
+            for offset, crc in marks_of(accepted):
+                self.kept[offset] = self.kept.get(offset, frozenset()) | {crc}
         self.lookups = 0
 
     def __call__(self, offsets):
@@ -138,7 +140,7 @@ def test_a_redelivery_from_far_below_the_window_is_told_by_the_marks():
 def test_below_the_window_with_nothing_to_compare_is_refused():
     state = staged(*[(n * 10, n * 10 + 9) for n in range(40)])
     marks = Marks([record(offset) for offset in range(400)])
-    for batch, lookups in ([record(offset) for offset in range(1, MARK_GRID)], 0), ([record(32)], 1):
+    for batch, lookups in ([record(offset) for offset in range(1, MARK_GRID)], 1), ([record(32)], 1):
         unmarked = Marks([]) if lookups else marks  # no marked offset; a marked one the ledger never kept
         with pytest.raises(PositionResetError) as refused:
             check_positions(state, batch, SOURCE, marks=unmarked)
@@ -163,7 +165,7 @@ accepts = st.lists(st.integers(1, 40), min_size=1, max_size=60)
 @given(sizes=accepts, start=st.integers(0, 2000), length=st.integers(1, 120), other_log=st.booleans())
 def test_a_replay_is_dropped_only_when_it_is_the_archived_log(sizes, start, length, other_log):
     """Whatever the accepts and the replayed slice: a record below the window is let through only
-    in a batch of the archived log; a slice of MARK_GRID records or more of it always passes;
+    in a batch of the archived log; a slice holding a whole run of MARK_GRID offsets always passes;
     any batch of another log that reaches below the window is refused."""
     bounds, first = [], 0
     for size in sizes:
@@ -171,14 +173,15 @@ def test_a_replay_is_dropped_only_when_it_is_the_archived_log(sizes, start, leng
         first += size
     state = staged(*bounds)
     staged_offset, window_start = state.staged_offset, state.fingerprints[0][0]
-    marks = Marks([record(offset) for offset in range(staged_offset + 1)])
+    marks = Marks(accepts=[[record(offset) for offset in range(low, high + 1)] for low, high in bounds])
     start = min(start, staged_offset)
     batch = [record(offset, b'{"other": 1}' if other_log else b"{}") for offset in range(start, start + length)]
     below = [r for r in batch if r.offset < window_start]
     try:
         check_positions(state, batch, SOURCE, marks=marks)
     except PositionResetError as refused:
-        assert other_log or (refused.kind == BELOW_WINDOW and len(below) < MARK_GRID)
+        # the archived log is refused only by a batch holding no whole run of MARK_GRID offsets
+        assert other_log or (refused.kind == BELOW_WINDOW and len(below) < 2 * MARK_GRID - 1)
     else:
         assert not (other_log and below), "a record of another log below the window was let through"
 
@@ -306,3 +309,33 @@ def test_an_accept_the_cheap_check_lets_through_always_fits_sealed(existing, new
         accepted = state.accept(planned, offset - 1, T0, spec, fingerprints=[(1, 2**32 - 1), (offset, 2**32 - 1)])
         sealed = accepted.seal(dict.fromkeys(accepted.buffers, "max_age"), lambda b: "k" * key_bound, T0)
         assert item_size(state_to_item(sealed)) <= budget.budget
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    gaps=st.lists(st.integers(1, 6), min_size=300, max_size=400),
+    size=st.integers(1, 6),
+    start=st.integers(0, 150),
+    length=st.integers(1, 60),
+)
+def test_a_log_with_gaps_in_its_offsets_stays_marked(gaps, size, start, length):
+    """A transactional topic's commit markers (or compaction) take offsets the archiver never sees:
+    an accept marks the first record it has in each run of MARK_GRID offsets, so a replay from
+    below the fingerprint window holding a whole run is still told, whichever offsets the log
+    lacks; one holding none may be refused, never let through as another log."""
+    offsets, offset = [], 0
+    for gap in gaps:
+        offsets.append(offset)
+        offset += gap
+    accepts = [offsets[i : i + size] for i in range(0, len(offsets), size)]
+    state = staged(*[(accepted[0], accepted[-1]) for accepted in accepts])
+    marks = Marks(accepts=[[record(o) for o in accepted] for accepted in accepts])
+    replay = offsets[start : start + length]
+    assume(replay[0] < state.fingerprints[0][0])  # from below the window
+    runs = {o // MARK_GRID for o in replay}
+    present = {o // MARK_GRID for o in offsets}
+    whole = any(run in present and {o for o in offsets if o // MARK_GRID == run} <= set(replay) for run in runs)
+    try:
+        check_positions(state, [record(o) for o in replay], SOURCE, marks=marks)
+    except PositionResetError as refused:
+        assert refused.kind == BELOW_WINDOW and not whole, (replay, refused)

@@ -12,11 +12,13 @@ would lose them. The ledger keeps what it needs to tell the two apart:
 * a window of **fingerprints**: (offset, CRC-32 of timestamp, key, value and headers) of the first
   and last record of each recent accept. A redelivered record at a fingerprinted offset has the
   same fingerprint;
-* **marks** for the rest of the epoch: the fingerprint of every record delivered at an offset
-  that is a multiple of ``MARK_GRID`` (kept in the ledger next to the state, ``Ledger.marks``).
-  A redelivery from further back than the window -- the mapping starting again at
-  ``TRIM_HORIZON`` after the group's committed offsets expired, or a group rewound on purpose --
-  holds such offsets, and they must match.
+* **marks** for the rest of the epoch (kept in the ledger next to the state, ``Ledger.marks``):
+  the fingerprint of each accept's first and last record and of its first record in every run of
+  ``MARK_GRID`` offsets (``marks_of``). A redelivery from further back than the window -- the
+  mapping starting again at ``TRIM_HORIZON`` after the group's committed offsets expired, or a
+  group rewound on purpose -- holds such records, and they must match. Marking the first record
+  *present* in each run, rather than the offsets that are multiples of ``MARK_GRID``, keeps a
+  transactional topic (whose commit markers take offsets) or a compacted one marked too.
 
 A batch is one fetch from one log, so a record of it that matches what was archived at its
 offset vouches for the batch; one that differs refuses it. A record below the window is
@@ -36,7 +38,7 @@ where it begins.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from tidemark.exceptions import PositionResetError
 from tidemark.ledger.model import PartitionState
@@ -46,9 +48,8 @@ SOURCE_CHANGED = "source_changed"
 BYTES_DIFFER = "bytes_differ"
 BELOW_WINDOW = "below_window"
 
-#: a record whose offset is a multiple of this is marked (its fingerprint kept for the epoch): a
-#: redelivered batch spanning this many offsets holds at least one mark, unless the log lacks
-#: that offset (compaction, a transaction marker)
+#: an accept marks its first record in every run of this many offsets (``offset // MARK_GRID``):
+#: a redelivered batch holding a whole run holds that run's first record, which is marked
 MARK_GRID = 16
 
 #: the marks kept at some of the given offsets: offset -> every fingerprint recorded there
@@ -66,9 +67,17 @@ def fingerprint(record: Record) -> int:
     return crc
 
 
-def marks_of(records: Iterable[Record]) -> list[tuple[int, int]]:
-    """(offset, fingerprint) of the records at a multiple of ``MARK_GRID``, in their order."""
-    return [(record.offset, fingerprint(record)) for record in records if record.offset % MARK_GRID == 0]
+def marks_of(records: Sequence[Record]) -> list[tuple[int, int]]:
+    """(offset, fingerprint) of the marked records of one accept (in offset order): its first and
+    last record, and its first record in each run of ``MARK_GRID`` offsets it touches."""
+    marked: list[tuple[int, int]] = []
+    run = None
+    for index, record in enumerate(records):
+        here = record.offset // MARK_GRID
+        if here != run or index == len(records) - 1:
+            marked.append((record.offset, fingerprint(record)))
+        run = here
+    return marked
 
 
 def check_positions(
@@ -120,9 +129,8 @@ def check_positions(
         matched = True
     if not below:
         return
-    marked = [record for record in below if record.offset % MARK_GRID == 0]
-    found = marks([record.offset for record in marked]) if marks is not None and marked else {}
-    for record in marked:
+    found = marks([record.offset for record in below]) if marks is not None else {}
+    for record in below:
         recorded = found.get(record.offset)
         if not recorded:
             continue
@@ -143,7 +151,7 @@ def check_positions(
             offset,
             f"offset {offset} is below the redelivery window {window_start}..{staged} and nothing in the batch "
             "matches a record archived before: the log was recreated, truncated or re-pointed (or the batch "
-            "holds no marked offset to compare)",
+            "holds no marked record to compare)",
         )
 
 

@@ -55,7 +55,7 @@ _DESERIALIZER = TypeDeserializer()
 STATE_SK = "STATE"
 PARTITIONS_SK = "PARTITIONS"
 TRANSACTION_ATTEMPTS = 5  # on TransactionConflict only; a failed condition is never retried here
-#: offsets per marks item: with a mark every 16 offsets (``tidemark.resets.MARK_GRID``), 64 marks
+#: offsets per marks item: about one mark per 16 offsets (``tidemark.resets.marks_of``), 64 or so
 MARKS_PAGE_SPAN = 1024
 #: marks expire (the table's TTL attribute) this long after their last write: a redelivery from
 #: further back finds none and is refused (``below_window``), never guessed
