@@ -17,11 +17,11 @@ import pytest
 import zstandard
 
 from tests.support.events import load_event, msk_event
-from tests.support.harness import EsmModel, assert_objects_describe_themselves, small_config
+from tests.support.harness import EsmModel, RunOtherAt, assert_objects_describe_themselves, small_config
 from tests.support.workload import BASE_MS, HOUR_MS, Workload, make_orders
 from tidemark.archiver import Archiver, PositionResetsError
 from tidemark.config import TidemarkConfig, parse_config
-from tidemark.faults import AFTER_UPLOAD, ALL_CRASH_POINTS, CrashAt, SimulatedCrash
+from tidemark.faults import AFTER_SEGMENT_WRITE, AFTER_UPLOAD, ALL_CRASH_POINTS, CrashAt, SimulatedCrash
 from tidemark.formats.compression import decompress
 from tidemark.ledger.dynamodb import state_pk
 from tidemark.objects.writer import META_SHA256
@@ -329,3 +329,25 @@ def test_an_expiry_in_a_later_epoch_is_judged_by_that_epochs_marks(archive):
     drain(archive, config)
     assert_exactly(archive, in_epoch(old, 0) + in_epoch(new, 1))
     assert_never_overwritten_and_described(archive, config)
+
+
+def test_a_writer_that_loses_its_accept_to_another_log_is_refused_not_dropped(archive):
+    """Two invocations at once on one partition, each with another log's records at the same new
+    offsets (a topic recreated while an old delivery was still running). The one that loses its
+    accept must judge its batch against the winner's state again: its records at or below the
+    winner's staged offset differ from what the winner archived there, so they are refused
+    (bytes_differ), never dropped as duplicates."""
+    config = small_config(max_records=10_000)
+    base = make_orders(partitions=1, per_partition=100, seed=1)
+    Archiver(archive.runtime(config)).handle(msk_event(base.records[0]))  # offsets 0..99, one log
+    ours = make_orders(partitions=1, per_partition=150, seed=7).records[0][100:140]  # offsets 100..139
+    theirs = make_orders(partitions=1, per_partition=150, seed=8).records[0][100:140]  # the same offsets, other bytes
+    # This invocation reads the state (staged 99), writes its segments -- and meanwhile the other
+    # one accepts its records at 100..139.
+    other = RunOtherAt(AFTER_SEGMENT_WRITE, lambda: Archiver(archive.runtime(config)).handle(msk_event(theirs)))
+    with pytest.raises(PositionResetsError) as refused:
+        Archiver(archive.runtime(config, other)).handle(msk_event(ours))
+    assert other.fired
+    assert refused.value.refused[0].kind == BYTES_DIFFER
+    state = archive.runtime(config).ledger.load("orders", 0)
+    assert state.staged_offset == 139  # theirs, accepted; ours neither staged nor dropped

@@ -476,6 +476,13 @@ class PartitionWriter:
                     )
                     for _key, ref in written:  # a loser's segment is garbage: never read, deleted now
                         self._staging.delete(self.stream.name, self.partition, ref.name)
+                    if winner.staged_offset != state.staged_offset:
+                        # What the winner accepted is now at or below its staged offset, and this
+                        # batch's records there would be dropped as duplicates: judged against the
+                        # winner first, as any batch is (another log at those offsets is refused).
+                        check_positions(
+                            winner, records, source, reuses_positions=reuses, marks=self._marks(winner.epoch)
+                        )
                     state = winner
                     conflicts_left -= 1
                     if conflicts_left <= 0:
