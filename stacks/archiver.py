@@ -151,6 +151,14 @@ class ArchiverConstruct(Construct):
                     'mapping is created or updated ("specify either TRIM_HORIZON or AT_TIMESTAMP", Apache Kafka '
                     "polling and stream starting positions in Lambda): records produced meanwhile are not archived",
                 )
+            if stream.source.schema_registry is not None and stream.archiver.retry_attempts is None:
+                Annotations.of(self).add_warning_v2(
+                    f"tidemark:registry-drops-{stream.name}",
+                    f"streams[{index}].source.schema_registry: the event source mapping drops the records the "
+                    "registry cannot decode (no on-failure destination: unbounded retries keep refused batches "
+                    "whole); they alarm as AbandonedRecords but are not in the archive. To dead-letter them "
+                    "instead, decode in the archiver (encoding.wire_format: confluent)",
+                )
             fn = self._function(stream, code, layers, environment, placement)
             grant_ledger(ledger_table, fn)
             access.put(fn, stream_prefixes(config.archive.raw_prefix, config.archive.errors_prefix, stream.name))

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 import pytest
-from aws_cdk.assertions import Template
+from aws_cdk.assertions import Annotations, Match, Template
 
 from tests.support.cdk import synth_stack, with_changes
 from tests.unit.test_stack_nag import findings, nagged
@@ -175,7 +175,7 @@ def with_registry(config: TidemarkConfig, registry: dict[str, Any], **source: An
 
 def test_a_glue_registry_reaches_the_mapping_with_grants_on_it_only(example_config: TidemarkConfig) -> None:
     registry = {"kind": "glue", "registry_arn": REGISTRY, "record_format": "json", "validate": ["key", "value"]}
-    _, template = synth_stack(with_registry(example_config, registry), nag=False)
+    stack, template = synth_stack(with_registry(example_config, registry), nag=False)
     assert mapping(template)["AmazonManagedKafkaEventSourceConfig"]["SchemaRegistryConfig"] == {
         "EventRecordFormat": "JSON",
         "SchemaRegistryURI": REGISTRY,
@@ -192,6 +192,9 @@ def test_a_glue_registry_reaches_the_mapping_with_grants_on_it_only(example_conf
     ]
     names = {m["MetricStat"]["Metric"]["MetricName"] for m in alarm["Metrics"] if "MetricStat" in m}
     assert names == {"OnFailureDestinationDeliveredEventCount", "DroppedEventCount", "SchemaRegistryErrorCount"}
+    # ... and the drop is said at synth, with the way to dead-letter them instead
+    (warning,) = Annotations.from_stack(stack).find_warning("*", Match.string_like_regexp(".*cannot decode.*"))
+    assert "encoding.wire_format: confluent" in json.dumps(warning.entry.data)
     statements = archiver_statements(template)
     assert actions_on(statements, REGISTRY) == {"glue:GetRegistry", "glue:GetSchemaVersion"}
     assert "glue:*" not in json.dumps(statements)

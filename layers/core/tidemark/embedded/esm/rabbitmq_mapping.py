@@ -97,7 +97,10 @@ def delivery_limit_problem(
     arguments, ``policy`` its effective policy definition and ``queue_type`` its type, as the
     management API's ``GET /api/queues/<vhost>/<name>`` returns them (``arguments``,
     ``effective_policy_definition``, ``type``); the type defaults to ``x-queue-type``, else classic.
-    Where both set a limit the lower one applies; a DLX argument or policy key is enough.
+    Where both set a limit the lower one applies; a DLX argument or policy key is enough here,
+    though it is not on the broker: an exchange that routes to no queue drops a dead-lettered
+    message all the same, and neither AMQP nor this rule can see the exchange's bindings (README:
+    route it to a durable queue).
     """
     policy = policy or {}
     kind = queue_type or str(arguments.get("x-queue-type") or "classic")
