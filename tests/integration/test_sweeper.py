@@ -3,6 +3,7 @@ their grace period, directory cleanup, reconciliation findings, hour completenes
 
 from __future__ import annotations
 
+import copy
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -10,12 +11,13 @@ import orjson
 import pytest
 
 from tests.support.events import msk_event
-from tests.support.harness import damage_first_segment, small_config, staged_files
+from tests.support.harness import damage_first_segment, small_config, small_config_data, staged_files
 from tests.support.legacy_segments import encode_frame
 from tests.support.workload import BASE_MS, HOUR_MS, batches, make_orders
 from tidemark.archiver import Archiver
 from tidemark.buffers import BufferKey
 from tidemark.clock import ManualClock
+from tidemark.config import parse_config
 from tidemark.staging.frames import RAW
 from tidemark.sweeper.completeness import CompletenessTracker, manifest_key
 from tidemark.sweeper.discovery import discover_all
@@ -332,3 +334,29 @@ def test_a_manifest_written_by_an_overlapping_execution_is_never_overwritten(arc
     assert sorted(report.manifests) == sorted(keys.values())
     for key in keys.values():
         assert archive.s3.get_object(Bucket=archive.bucket, Key=key)["Body"].read() == theirs
+
+
+def test_past_the_deadline_every_stream_still_gets_one_unit(archive):
+    """One stream's backlog must not keep the streams after it from being reconciled or
+    completed: past its deadline a run still checks one hour, and writes one manifest, per stream."""
+    data = small_config_data(max_records=10_000)
+    payments = copy.deepcopy(data["streams"][0])
+    payments.update(name="payments", source={**payments["source"], "topic": "payments"})
+    data["streams"].append(payments)
+    config = parse_config(data)
+    runtime = archive.runtime(config)
+    for topic in ("orders", "payments"):
+        orders = make_orders(partitions=1, per_partition=40, hours=2, late_share=0.0, bad_share=0.0, topic=topic)
+        Archiver(runtime).handle(msk_event(orders.records[0]))
+    archive.clock.advance(minutes=16)
+    for ref in discover_all(runtime):
+        sweep_partition(runtime, ref.stream, ref.partition)
+    archive.clock.advance(ms=4 * HOUR_MS)
+    now = archive.clock.now_ms()
+
+    reconciled = Reconciler(runtime).run(now, deadline_ms=now)
+    completed = CompletenessTracker(runtime).run(now, deadline_ms=now)
+
+    assert reconciled.hours_checked == 2 and reconciled.hours_deferred > 0
+    assert sorted(name.split("/")[0] for name in completed.completed) == ["orders", "payments"]
+    assert completed.deferred > 0

@@ -12,10 +12,12 @@ start (``$$.Execution.StartTime``, which the state machine passes in each task's
     CompleteHours   starts no new manifest  past 95 %
 
 and never later than its own Lambda timeout minus ``MARGIN_MS``
-(``context.get_remaining_time_in_millis()``). A step that reaches its deadline returns what it
-did and counts what it left (``deferred``); the next execution continues, since every unit of
-work is idempotent and recorded only once done: a flush stays SEALED until committed, an hour is
-recorded as reconciled only once checked clean, a manifest is recorded per hour.
+(``context.get_remaining_time_in_millis()``). Reconcile and CompleteHours still do one unit per
+stream past their deadline, so a backlog in the steps before them never stalls them. A step that
+reaches its deadline returns what it did and counts what it left (``deferred``); the next
+execution continues, since every unit of work is idempotent and recorded only once done: a flush
+stays SEALED until committed, an hour is recorded as reconciled only once checked clean, a
+manifest is recorded per hour.
 
 What a deadline cannot do is interrupt a unit already started: a flush (or an hour's check, or
 a manifest) started just before its step's deadline runs to its end, at worst to the function's

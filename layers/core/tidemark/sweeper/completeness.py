@@ -128,10 +128,9 @@ class CompletenessTracker:
         pending = [mark for mark in ledger.hour_marks(stream.name) if not mark.complete]
         if not pending:
             return
-        # at least one manifest per run, whatever the time: a backlog never stops completeness
-        if report.manifests and passed(self.runtime.clock.now_ms(), deadline_ms):
-            report.deferred += len(pending)
-            return
+        # at least one manifest per stream and run, whatever the time: a backlog never stops a
+        # stream's completeness
+        written_before = len(report.manifests)
         shards = None  # a Kinesis stream's shards: every one counts, finished ones are told apart
         if stream.source.stream_arn is not None:
             shards = try_list_shards(self.runtime.kinesis, stream.source.stream_arn)
@@ -142,7 +141,7 @@ class CompletenessTracker:
             finished = finished_shards(shards, {s.partition: s for s in states if isinstance(s.partition, str)})
         lateness = stream.completeness.allowed_lateness_ms
         for index, mark in enumerate(pending):
-            if report.manifests and passed(self.runtime.clock.now_ms(), deadline_ms):
+            if len(report.manifests) > written_before and passed(self.runtime.clock.now_ms(), deadline_ms):
                 report.deferred += len(pending) - index
                 return
             name = f"{stream.name}/{mark.hour}"

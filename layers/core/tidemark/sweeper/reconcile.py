@@ -162,9 +162,11 @@ class Reconciler:
         hours, marks = self.hours_to_check(stream, now_ms)
         hours = self._in_budget_order(hours, marks, now_ms)
         partitions = [ref.partition for ref in discover(self.runtime, stream)]
+        checked_before = report.hours_checked
         for index, hour in enumerate(hours):
-            # at least one hour per run, whatever the time: a backlog never stops reconciliation
-            if report.hours_checked and passed(self.runtime.clock.now_ms(), deadline_ms):
+            # at least one hour per stream and run, whatever the time: a backlog never stops the
+            # reconciliation of a stream, nor one stream's backlog that of the streams after it
+            if report.hours_checked > checked_before and passed(self.runtime.clock.now_ms(), deadline_ms):
                 report.hours_deferred += len(hours) - index
                 break
             committed = self.runtime.ledger.committed_objects(stream, hour)
