@@ -96,7 +96,10 @@ class Archive:
     s3: Any
     dynamodb: Any
 
-    def runtime(self, config: TidemarkConfig, crash_points: CrashPoints | None = None) -> Runtime:
+    def runtime(
+        self, config: TidemarkConfig, crash_points: CrashPoints | None = None, *, s3: Any = None, dynamodb: Any = None
+    ) -> Runtime:
+        """A runtime over this archive, with these clients (``s3``/``dynamodb`` by default)."""
         return Runtime.build(
             config,
             bucket=self.bucket,
@@ -104,8 +107,8 @@ class Archive:
             staging_root=str(self.staging_root),
             clock=self.clock,
             crash_points=crash_points,
-            s3_client=self.s3,
-            dynamodb_client=self.dynamodb,
+            s3_client=s3 or self.s3,
+            dynamodb_client=dynamodb or self.dynamodb,
         )
 
     def env(self) -> dict[str, str]:
@@ -130,6 +133,16 @@ def make_archive(endpoint: str, root: Path, *, session: boto3.Session | None = N
     staging = root / f"staging-{suffix}"
     staging.mkdir(parents=True)
     return Archive(endpoint, bucket, table, staging, ManualClock(), s3, dynamodb)
+
+
+@pytest.fixture(scope="module")
+def iam_server() -> Iterator[Any]:
+    """A moto server of the test module's own with IAM enforced (``tests.support.iam``): moto's
+    switch is server-wide, so never the session's server."""
+    from tests.support.iam import IamServer
+
+    with moto_server() as endpoint:
+        yield IamServer(endpoint)
 
 
 @pytest.fixture

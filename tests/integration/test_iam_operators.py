@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,7 +53,6 @@ from tests.support.workload import Workload, make_orders
 from tidemark.archiver import Archiver
 from tidemark.cli.app import app
 from tidemark.config import TidemarkConfig, parse_config
-from tidemark.embedded.moto_server import moto_server
 from tidemark.faults import AFTER_UPLOAD, CrashAt, SimulatedCrash
 from tidemark.kafka_log import KafkaLog
 from tidemark.ledger.model import QuarantinedFlush
@@ -63,13 +62,6 @@ pytestmark = pytest.mark.xdist_group("iam")
 
 STACK = "Tidemark"  # synth_stack's stack: the policy's DescribeStacks names it
 STREAM = "orders"
-
-
-@pytest.fixture(scope="module")
-def iam_server() -> Iterator[IamServer]:
-    """A server of this module's own: moto's IAM switch is server-wide."""
-    with moto_server() as endpoint:
-        yield IamServer(endpoint)
 
 
 @dataclass

@@ -12,7 +12,7 @@ against ``ALLOWED_UNUSED``: an unused grant without a reason fails.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +35,6 @@ from tests.support.queue_model import QueueModel, publish_orders, rabbitmq_sourc
 from tests.support.workload import make_orders
 from tidemark.archiver import Archiver
 from tidemark.config import TidemarkConfig, parse_config
-from tidemark.embedded.moto_server import moto_server
 from tidemark.faults import AFTER_UPLOAD, CrashAt, SimulatedCrash
 from tidemark.records.model import Record
 from tidemark.sources import KAFKA, KINESIS
@@ -48,13 +47,6 @@ from tidemark.verify import ExpectedRecord, verify_archive, verify_messages
 pytestmark = pytest.mark.xdist_group("iam")
 
 HOUR_MS = 3_600_000
-
-
-@pytest.fixture(scope="module")
-def iam_server() -> Iterator[IamServer]:
-    """A server of this module's own: moto's IAM switch is server-wide."""
-    with moto_server() as endpoint:
-        yield IamServer(endpoint)
 
 
 @dataclass

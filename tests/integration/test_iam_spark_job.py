@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,7 +72,6 @@ from tests.support.iam import (
 )
 from tests.support.workload import Workload, make_orders
 from tidemark.config import TidemarkConfig
-from tidemark.embedded.moto_server import moto_server
 from tidemark.ledger.dynamodb import DynamoDBLedger
 
 pytestmark = pytest.mark.xdist_group("spark")  # the session's one JVM: with the other Spark tests
@@ -80,13 +79,6 @@ pytestmark = pytest.mark.xdist_group("spark")  # the session's one JVM: with the
 STREAM = "orders"
 ENV_BUCKET, ENV_LEDGER_TABLE = "TIDEMARK_BUCKET", "TIDEMARK_LEDGER_TABLE"
 EXECUTOR_ENV = "spark.executorEnv."
-
-
-@pytest.fixture(scope="module")
-def iam_server() -> Iterator[IamServer]:
-    """A server of this module's own: moto's IAM switch is server-wide."""
-    with moto_server() as endpoint:
-        yield IamServer(endpoint)
 
 
 @dataclass(frozen=True)

@@ -26,14 +26,14 @@ import re
 import urllib.request
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import boto3
 from botocore.config import Config
 
-from tidemark.clock import ManualClock
+from tests.conftest import Archive, make_archive
 from tidemark.config import TidemarkConfig
 from tidemark.faults import CrashPoints
 from tidemark.runtime import Runtime
@@ -339,30 +339,18 @@ class IamServer:
 
 
 @dataclass
-class IamArchive:
+class IamArchive(Archive):
     """One test's bucket, ledger and staging directory on an :class:`IamServer`, with the
     template's grants resolved to them. ``s3``/``dynamodb`` are the admin's (checks, as the
     ``Archive`` fixture's are); :meth:`runtime` builds a function's runtime under its role."""
 
     server: IamServer
-    bucket: str
-    table: str
-    staging_root: Path
-    clock: ManualClock
-    s3: Any
-    dynamodb: Any
     roles: dict[str, RoleSession] = field(default_factory=dict)
-
-    @property
-    def endpoint(self) -> str:
-        return self.server.endpoint
 
     @classmethod
     def create(cls, server: IamServer, root: Path) -> IamArchive:
-        from tests.conftest import make_archive
-
         made = make_archive(server.endpoint, root, session=server.admin)
-        return cls(server, made.bucket, made.table, made.staging_root, made.clock, made.s3, made.dynamodb)
+        return cls(**{f.name: getattr(made, f.name) for f in fields(Archive)}, server=server)
 
     def physical(
         self, bucket_id: str, table_id: str, extra: Mapping[str, tuple[str, str]] = {}
@@ -378,26 +366,15 @@ class IamArchive:
         role = self.roles[name] = self.server.assume(name, statements)
         return role
 
-    def runtime(
+    def runtime(  # type: ignore[override]
         self, config: TidemarkConfig, crash_points: CrashPoints | None = None, *, role: str | None = "archiver"
     ) -> Runtime:
         """A runtime whose S3 and DynamoDB clients hold ``role``'s credentials (the archiver's by
         default, so the suite's harness helpers run as the archiver; ``None``: the admin's)."""
-        s3, dynamodb = (
-            (self.s3, self.dynamodb)
-            if role is None
-            else (self.roles[role].client("s3"), self.roles[role].client("dynamodb"))
-        )
-        return Runtime.build(
-            config,
-            bucket=self.bucket,
-            table=self.table,
-            staging_root=str(self.staging_root),
-            clock=self.clock,
-            crash_points=crash_points,
-            s3_client=s3,
-            dynamodb_client=dynamodb,
-        )
+        if role is None:
+            return super().runtime(config, crash_points)
+        session = self.roles[role]
+        return super().runtime(config, crash_points, s3=session.client("s3"), dynamodb=session.client("dynamodb"))
 
     def runtimes(
         self, config: TidemarkConfig, role: str | None = "archiver"
