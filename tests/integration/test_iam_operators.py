@@ -94,11 +94,8 @@ class Operations:
     archive: IamArchive
     workload: Workload
     topic: str
-    stack_arn: str
     quarantined: list[QuarantinedFlush]
     steps: dict[str, Step] = field(default_factory=dict)
-    #: what CloudFormation authorized the operator's calls on (``iam_actions`` records "*" for it)
-    stack_uses: set[Use] = field(default_factory=set)
     #: the operator's recorded authorizations once each step had run
     used_by: dict[str, set[Use]] = field(default_factory=dict)
 
@@ -107,15 +104,11 @@ class Operations:
         return self.archive.roles["operator"]
 
     def uses(self) -> set[Use]:
-        """The operator's recorded authorizations, CloudFormation's on the stack's ARN."""
-        return {use for use in self.operator.uses if not use.action.startswith("cloudformation:")} | self.stack_uses
+        """The operator's recorded authorizations."""
+        return set(self.operator.uses)
 
     def run(self, name: str, action: Callable[[], Any]) -> Step:
-        step = self.steps[name] = Step()
-        try:
-            step.result = action()
-        except Exception as exc:  # noqa: BLE001 -- recorded, and asserted on by the test of that step
-            step.error = exc
+        step = self.steps[name] = Step.run(action)
         self.used_by[name] = set(self.operator.uses)
         return step
 
@@ -126,16 +119,7 @@ class Operations:
         session = self.archive.roles[role]
 
         def client(service: str, *_: Any, **__: Any) -> Any:
-            made = session.client(service)
-            if service == "cloudformation" and role == "operator":
-
-                def record(params: dict[str, Any], model: Any, **_: Any) -> None:
-                    named = params.get("StackName", "")
-                    resource = named if named.startswith("arn:") else self.stack_arn if named == STACK else "*"
-                    self.stack_uses.add(Use(f"cloudformation:{model.name}", resource))
-
-                made.meta.events.register("provide-client-params.cloudformation", record)
-            return made
+            return session.client(service)
 
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(boto3, "client", client)
@@ -186,7 +170,7 @@ def operations(iam_server: IamServer, kafka_bootstrap: str, tmp_path_factory: py
     archive.assume("archiver", grants.statements(deployment.archiver_role))
     archive.assume("operator", deployment.operator_statements(archive))
     outputs = {"ArchiveBucketName": {"Value": archive.bucket}, "LedgerTableName": {"Value": archive.table}}
-    created = archive.server.admin_client("cloudformation").create_stack(
+    archive.server.admin_client("cloudformation").create_stack(
         StackName=STACK,
         TemplateBody=json.dumps({"Resources": {"Topic": {"Type": "AWS::SNS::Topic"}}, "Outputs": outputs}),
     )
@@ -211,7 +195,7 @@ def operations(iam_server: IamServer, kafka_bootstrap: str, tmp_path_factory: py
     quarantined = sorted(runtime.ledger.load(STREAM, 0).quarantined.values(), key=lambda held: held.flush.buffer.first)
     assert len(quarantined) == 2
 
-    run = Operations(deployment, archive, workload, topic, created["StackId"], quarantined)
+    run = Operations(deployment, archive, workload, topic, quarantined)
     where = ("--config", deployment.config_file, "--stack-name", STACK)
     run.run(
         "status",

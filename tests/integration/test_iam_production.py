@@ -110,11 +110,7 @@ class Lifecycle:
     steps: dict[str, Step] = field(default_factory=dict)
 
     def run(self, name: str, action: Callable[[], Any]) -> Step:
-        step = self.steps[name] = Step()
-        try:
-            step.result = action()
-        except Exception as exc:  # noqa: BLE001 -- recorded, and asserted on by the test of that step
-            step.error = exc
+        step = self.steps[name] = Step.run(action)
         return step
 
 

@@ -130,6 +130,11 @@ def iam_actions(service: str, operation: str, params: Mapping[str, Any]) -> list
         if params.get("IndexName"):
             name += f"/index/{params['IndexName']}"
         return [Use(f"dynamodb:{operation}", table + name)]
+    if service == "cloudformation" and params.get("StackName"):
+        # one stack, by ARN or by name (its id, the ARN's last part, is the stack's own)
+        name = str(params["StackName"])
+        stack = name if name.startswith("arn:") else f"arn:{PARTITION}:cloudformation:{REGION}:{ACCOUNT}:stack/{name}/*"
+        return [Use(f"cloudformation:{operation}", stack)]
     return [Use(f"{service}:{operation}", "*")]
 
 
@@ -251,6 +256,15 @@ class Step:
 
     result: Any = None
     error: BaseException | None = None
+
+    @classmethod
+    def run(cls, action: Callable[[], Any]) -> Step:
+        step = cls()
+        try:
+            step.result = action()
+        except Exception as exc:  # noqa: BLE001 -- recorded, and asserted on by the test of that step
+            step.error = exc
+        return step
 
     def ok(self) -> Any:
         if self.error is not None:

@@ -150,8 +150,10 @@ def bare(
     errors_prefix: str = "dead",
     policy_name: str | None = None,
     region: str = "eu-west-1",
+    stack: Stack | None = None,
 ) -> tuple[OperatorAccess, Template]:
-    stack = Stack(App(), "Archive", env=Environment(account="123456789012", region=region))
+    """The policy in a bare stack (``stack``: one of the caller's, e.g. env-agnostic)."""
+    stack = stack or Stack(App(), "Archive", env=Environment(account="123456789012", region=region))
     access = OperatorAccess(
         stack,
         "Operators",
@@ -204,18 +206,7 @@ def test_bad_input_fails_at_synth_naming_it(kwargs: dict[str, Any], message: str
 def test_a_region_token_leaves_room_for_the_region() -> None:
     stack = Stack(App(), "S" * 100)  # env-agnostic: the region is a token
     with pytest.raises(ConfigError, match="not an IAM policy name"):
-        OperatorAccess(
-            stack,
-            "Operators",
-            bucket=s3.Bucket(stack, "Bucket"),
-            ledger_table=dynamodb.Table(
-                stack, "Ledger", partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING)
-            ),
-            key=kms.Key(stack, "Key"),
-            streams=["orders"],
-            raw_prefix="raw",
-            errors_prefix="errors",
-        )
+        bare(["orders"], raw_prefix="raw", errors_prefix="errors", stack=stack)
 
 
 def test_a_wildcard_on_the_operator_policy_fails_nag(example_config: TidemarkConfig) -> None:
