@@ -49,7 +49,7 @@ from constructs import Construct
 from stacks.functions import Placement, TidemarkFunction, spool_mb
 from stacks.grants import ArchiveAccess, grant_ledger, stream_prefixes
 from stacks.layer import needs_format_layer
-from stacks.source import SourceConstruct, consumer_group_id
+from stacks.source import SourceConstruct, consumer_group_id, kafka_mapping_id
 from tidemark.config import StreamConfig, TidemarkConfig
 from tidemark.exceptions import ConfigError
 
@@ -216,7 +216,7 @@ class ArchiverConstruct(Construct):
         retry_attempts = kafka_retry_attempts(stream)
         return lambda_.EventSourceMapping(
             self,
-            f"Mapping-{stream.name}",
+            kafka_mapping_id(stream),  # a new identity is a new mapping (not an update CFN ignores)
             target=fn,
             event_source_arn=source.event_source_arn(stream),  # MSK; self-managed Kafka: the brokers
             kafka_bootstrap_servers=src.bootstrap_servers if src.kind == "kafka" else None,

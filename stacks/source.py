@@ -16,6 +16,8 @@ places in the broker's VPC (``RabbitMQSource``).
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 
 from aws_cdk import Arn, ArnFormat, Duration, Fn, Stack, Token
@@ -101,10 +103,44 @@ class KafkaResourceArns:
     group: str
 
 
+#: what stands for the stack's own dev cluster in a mapping's identity (its ARN is a token)
+DEV_CLUSTER = "dev-cluster"
+
+
+def kafka_mapping_identity(stream: StreamConfig) -> str:
+    """Eight hex digits naming what a Kafka mapping cannot change in place.
+
+    That is where it reads (the cluster ARN, or the bootstrap servers as given), its topic and its
+    starting position. CloudFormation replaces a mapping whose ``EventSourceArn``,
+    ``SelfManagedEventSource`` or ``StartingPosition`` changes (the resource schema's
+    ``createOnlyProperties``), creating the new mapping before it deletes the old; and it "updates"
+    ``Topics`` in place without the mapping changing topic (cloudformation-coverage-roadmap#2140),
+    so a mapping re-pointed at another topic would go on reading the old one. Each identity
+    therefore gets a mapping of its own (the digest is part of its logical id: a new resource) and,
+    by default, a consumer group of its own (AWS requires a group id unique among Kafka event
+    sources, so the new mapping could not join the old one's group while that one exists).
+    """
+    src = stream.source
+    where = ",".join(src.bootstrap_servers or ()) if src.kind == "kafka" else src.cluster_arn or DEV_CLUSTER
+    identity = json.dumps([src.kind, where, src.topic, src.starting_position])
+    return hashlib.sha256(identity.encode("utf-8")).hexdigest()[:8]
+
+
 def consumer_group_id(stream: StreamConfig) -> str:
-    """The configured group, or ``tidemark-<stream>``: a fixed id keeps the committed offsets
-    across redeploys and lets IAM name the group (an ESM's default group is its UUID)."""
-    return stream.source.consumer_group_id or f"tidemark-{stream.name}"
+    """The configured group, or ``tidemark-<stream>-<identity>``: fixed for as long as the mapping
+    keeps its identity (the committed offsets survive every other redeploy, and IAM can name the
+    group: an ESM's default group is its UUID), new with each new mapping
+    (``kafka_mapping_identity``). A new group starts at the starting position; the ledger drops what
+    was archived before (``tidemark.resets``)."""
+    return stream.source.consumer_group_id or f"tidemark-{stream.name}-{kafka_mapping_identity(stream)}"
+
+
+def kafka_mapping_id(stream: StreamConfig) -> str:
+    """The construct id of the stream's Kafka mapping: a new identity or group is a new mapping
+    (see ``kafka_mapping_identity``). With a configured group kept across an identity change, AWS
+    refuses the new mapping and the deploy rolls back, nothing lost: change both in one deploy."""
+    digest = hashlib.sha256(f"{kafka_mapping_identity(stream)}/{consumer_group_id(stream)}".encode()).hexdigest()
+    return f"Mapping-{stream.name}-{digest[:8]}"
 
 
 def kafka_resource_arns(cluster_arn: str, topic: str, group: str) -> KafkaResourceArns:
@@ -130,7 +166,7 @@ def kafka_resource_arns(cluster_arn: str, topic: str, group: str) -> KafkaResour
 
 
 def kinesis_consumer_name(stream: StreamConfig) -> str:
-    """``tidemark-<stream>``, as the Kafka consumer group: one name per Tidemark stream."""
+    """``tidemark-<stream>``: the enhanced fan-out consumer's name, one per Tidemark stream."""
     return f"tidemark-{stream.name}"
 
 

@@ -5,6 +5,7 @@ key), and cdk-nag clean."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -21,6 +22,8 @@ KEY = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890
 BROKERS = ["pkc-12345.us-east-1.aws.confluent.cloud:9092"]
 SUBNETS = ["subnet-0bbbbbbbbbbbbbbb1", "subnet-0bbbbbbbbbbbbbbb2"]
 GROUPS = ["sg-0ccccccccccccccc1"]
+#: the default consumer group: the stream and the mapping's identity (tests/unit/test_mapping_redeploys.py)
+GROUP_OF_ORDERS = r"tidemark-orders-[0-9a-f]{8}"
 
 
 def with_source(config: TidemarkConfig, **source: Any) -> TidemarkConfig:
@@ -79,7 +82,7 @@ def test_msk_with_a_secret_reads_the_cluster_with_it(
     _, template = synth_stack(with_source(example_config, auth=auth), nag=False)
     props = mapping(template)
     assert props["SourceAccessConfigurations"] == [{"Type": access_type, "URI": auth["secret_arn"]}]
-    assert props["AmazonManagedKafkaEventSourceConfig"] == {"ConsumerGroupId": "tidemark-orders"}
+    assert re.fullmatch(GROUP_OF_ORDERS, props["AmazonManagedKafkaEventSourceConfig"]["ConsumerGroupId"])
     statements = archiver_statements(template)
     assert actions_on(statements, auth["secret_arn"]) == {"secretsmanager:GetSecretValue"}
     text = json.dumps(statements)
@@ -117,7 +120,7 @@ def test_self_managed_kafka_on_a_public_endpoint(
     props = mapping(template)
     assert "EventSourceArn" not in props
     assert props["SelfManagedEventSource"] == {"Endpoints": {"KafkaBootstrapServers": BROKERS}}
-    assert props["SelfManagedKafkaEventSourceConfig"] == {"ConsumerGroupId": "tidemark-orders"}
+    assert re.fullmatch(GROUP_OF_ORDERS, props["SelfManagedKafkaEventSourceConfig"]["ConsumerGroupId"])
     assert props.get("SourceAccessConfigurations", []) == expected
     assert props["Topics"] == ["orders"] and props["StartingPosition"] == "TRIM_HORIZON"
     statements = archiver_statements(template)

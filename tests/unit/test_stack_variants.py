@@ -10,6 +10,7 @@ import pytest
 from aws_cdk.assertions import Annotations, Match, Template
 
 from stacks.pipeline import PipelineConstruct
+from stacks.source import consumer_group_id
 from tests.support.cdk import REPO, TEST_ENV, cdk_context, logical_id, synth_stack, with_changes
 from tidemark.config import TidemarkConfig
 from tidemark.exceptions import ConfigError
@@ -110,7 +111,9 @@ def test_dev_cluster_is_created_and_read_with_iam_auth(example_config: TidemarkC
     assert [(r["FromPort"], r["ToPort"]) for r in rules] == [(9098, 9098)]
     # topic and group ARNs are derived from the cluster's ARN in the template
     policies = json.dumps(template.find_resources("AWS::IAM::Policy"))
-    assert '":topic/"' in policies and '"/orders"' in policies and '"/tidemark-orders"' in policies
+    assert (
+        '":topic/"' in policies and '"/orders"' in policies and f'"/{consumer_group_id(config.streams[0])}"' in policies
+    )
 
 
 def test_each_stream_gets_its_own_function_mapping_and_grants(example_config: TidemarkConfig) -> None:

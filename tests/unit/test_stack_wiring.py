@@ -13,6 +13,7 @@ from aws_cdk.assertions import Capture, Match, Template
 
 from stacks.functions import spool_mb
 from stacks.pipeline import IMAGE_PYTHON
+from stacks.source import consumer_group_id
 from stacks.staging import STAGING_MOUNT
 from stacks.tidemark_stack import TidemarkStack
 from tests.support.cdk import REPO, logical_id, synth_stack
@@ -76,7 +77,7 @@ def test_event_source_mapping_feeds_the_stream_function_from_its_topic(
             "BatchSize": stream.source.batch_size,
             "MaximumBatchingWindowInSeconds": 1,
             "StartingPosition": "TRIM_HORIZON",
-            "AmazonManagedKafkaEventSourceConfig": {"ConsumerGroupId": "tidemark-orders"},
+            "AmazonManagedKafkaEventSourceConfig": {"ConsumerGroupId": consumer_group_id(stream)},
             # unbounded retries and no on-failure destination: with one, AWS caps unbounded retries
             # at 10 and then moves on (loss); a failing batch is retried, never skipped
             "DestinationConfig": Match.absent(),
@@ -282,7 +283,7 @@ def test_archiver_reads_only_its_topic_and_group(
     name_uuid = cluster.split(":cluster/")[1]
     assert by_action["kafka-cluster:ReadData"] == f"arn:aws:kafka:us-east-1:123456789012:topic/{name_uuid}/orders"
     assert by_action["kafka-cluster:AlterGroup"] == (
-        f"arn:aws:kafka:us-east-1:123456789012:group/{name_uuid}/tidemark-orders"
+        f"arn:aws:kafka:us-east-1:123456789012:group/{name_uuid}/{consumer_group_id(example_config.streams[0])}"
     )
 
 
