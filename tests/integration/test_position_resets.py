@@ -16,11 +16,12 @@ import orjson
 import pytest
 import zstandard
 
-from tests.support.events import load_event, msk_event
+from tests.support.events import kinesis_event, load_event, msk_event
 from tests.support.harness import EsmModel, RunOtherAt, assert_objects_describe_themselves, small_config
-from tests.support.workload import BASE_MS, HOUR_MS, Workload, make_orders
+from tests.support.workload import BASE_MS, HOUR_MS, KINESIS, Workload, make_orders
 from tidemark.archiver import Archiver, PositionResetsError
 from tidemark.config import TidemarkConfig, parse_config
+from tidemark.exceptions import StagingConflictError
 from tidemark.faults import AFTER_SEGMENT_WRITE, AFTER_UPLOAD, ALL_CRASH_POINTS, CrashAt, SimulatedCrash
 from tidemark.formats.compression import decompress
 from tidemark.ledger.dynamodb import state_pk
@@ -351,3 +352,52 @@ def test_a_writer_that_loses_its_accept_to_another_log_is_refused_not_dropped(ar
     assert refused.value.refused[0].kind == BYTES_DIFFER
     state = archive.runtime(config).ledger.load("orders", 0)
     assert state.staged_offset == 139  # theirs, accepted; ours neither staged nor dropped
+
+
+@pytest.mark.parametrize("kind", ["kafka", KINESIS])
+def test_a_warm_container_never_drops_a_new_epochs_records_as_duplicates(archive, kind):
+    """An epoch started at or below the staged offset, on the same log (the operator re-archives
+    from offset 50): a warm container whose cached state predates the epoch gets records 50.. again.
+    Failing first: against the cached staged offset (99) they were all "duplicates", dropped with
+    no ledger read (``records_in 10, duplicates 10, staged 0``) while the stored state waited in
+    epoch 1 at 49 -- the group committed past records the new epoch never held."""
+    config = small_config(kind=kind)
+    orders = make_orders(partitions=1, per_partition=100, seed=11, kind=kind)
+    [partition] = orders.records
+    records = orders.records[partition]
+    event = kinesis_event if kind == KINESIS else msk_event
+    archiver = Archiver(archive.runtime(config))  # the warm container: its runtime caches the state
+    deliver_all(archiver, records, event)
+
+    operator = archive.runtime(config).writer(config.streams[0], partition)
+    started = operator.start_epoch(records[50].offset, reason="re-archive from 50")
+    assert started.previous_staged_offset == records[-1].offset
+
+    outcome = archiver.handle(event(records[50:60]))["orders"]
+    assert (outcome.staged, outcome.duplicates) == (10, 0)
+    state = archive.runtime(config).ledger.load("orders", partition)
+    assert (state.epoch, state.staged_offset) == (1, records[59].offset)
+    # A redelivery in the new epoch is a duplicate again, confirmed or not.
+    assert archiver.handle(event(records[50:60]))["orders"].duplicates == 10
+
+
+@pytest.mark.parametrize("kind", ["kafka", KINESIS])
+def test_a_warm_container_refuses_a_batch_straddling_its_stale_position_then_archives_it(archive, kind):
+    """The same with a batch only partly below the cached staged offset: its new part's accept
+    conflicts with the epoch start, the batch is refused whole (the mapping redelivers it) and,
+    judged on the stored state, archived whole in the new epoch."""
+    config = small_config(kind=kind)
+    orders = make_orders(partitions=1, per_partition=100, seed=12, kind=kind)
+    [partition] = orders.records
+    records = orders.records[partition]
+    event = kinesis_event if kind == KINESIS else msk_event
+    archiver = Archiver(archive.runtime(config))
+    deliver_all(archiver, records[:60], event)
+    archive.runtime(config).writer(config.streams[0], partition).start_epoch(records[50].offset, reason="again")
+
+    with pytest.raises(StagingConflictError, match="epoch changed"):
+        archiver.handle(event(records[55:70]))
+    outcome = archiver.handle(event(records[55:70]))["orders"]  # the mapping's retry
+    assert (outcome.staged, outcome.duplicates) == (15, 0)
+    state = archive.runtime(config).ledger.load("orders", partition)
+    assert (state.epoch, state.staged_offset) == (1, records[69].offset)

@@ -3,6 +3,8 @@ crash point, overlapping invocations and sweeps, the archive ends up exactly onc
 
 from __future__ import annotations
 
+from bisect import bisect_right
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from unittest.mock import patch
@@ -15,13 +17,14 @@ from tests.support.events import event_of
 from tests.support.harness import EsmModel, RunOtherAt, small_config
 from tests.support.workload import make_orders
 from tidemark.archiver import Archiver, PositionResetsError
+from tidemark.exceptions import StagingConflictError
 from tidemark.faults import AFTER_ACCEPT, AFTER_SEGMENT_WRITE, AFTER_UPLOAD, ALL_CRASH_POINTS, CrashAt
 from tidemark.ledger import model
 from tidemark.records.model import Record
 from tidemark.resets import BELOW_WINDOW, MARK_GRID
 from tidemark.runtime import Runtime
-from tidemark.sources import KAFKA, KINESIS
-from tidemark.verify import verify_archive
+from tidemark.sources import KAFKA, KINESIS, PartitionId
+from tidemark.verify import ExpectedRecord, verify_archive
 
 PARTITIONS = 2
 PER_PARTITION = 150
@@ -43,7 +46,12 @@ sweep_inside = st.tuples(
 )
 # The group's committed offsets expired: the mapping starts again at TRIM_HORIZON.
 expire = st.tuples(st.just("expire"), st.integers(0, PARTITIONS - 1))
-steps = st.lists(st.one_of(deliver, deliver, tick, sweep, overlap, sweep_inside, expire), min_size=1, max_size=14)
+# The operator re-archives the same log from a position at or below the staged one (``tidemark
+# epoch start --from-offset``, that many records back) and resets the group there.
+epoch = st.tuples(st.just("epoch"), st.integers(0, PARTITIONS - 1), st.integers(0, 40))
+steps = st.lists(
+    st.one_of(deliver, deliver, tick, sweep, overlap, sweep_inside, expire, epoch), min_size=1, max_size=14
+)
 
 
 def assert_unverifiable(runtime: Runtime, batch: list[Record], refused: PositionResetsError) -> None:
@@ -114,6 +122,13 @@ def assert_unverifiable(runtime: Runtime, batch: list[Record], refused: Position
     kind=KAFKA,
     window=4,
 ).via("pinned: offsets expired after a crash after the accept, a replay from far below the window")
+@example(
+    plan=[("deliver", 0, 60, 0, None), ("epoch", 0, 30), ("deliver", 0, 20, 0, None), ("sweep", 0, None)],
+    seed=5,
+    max_records=25,
+    kind=KINESIS,
+    window=model.FINGERPRINT_WINDOW,
+).via("pinned: a warm container's stale cache meets records of an epoch started below it")
 def test_any_interleaving_is_exactly_once(moto_endpoint, tmp_path_factory, plan, seed, max_records, kind, window):
     """For Kafka partitions and for Kinesis shards (56-digit sequence numbers with gaps) alike.
     ``window``: the fingerprint window, shrunk so that a few steps reach below it."""
@@ -134,8 +149,12 @@ def run_plan(moto_endpoint, tmp_path_factory, plan, seed, max_records, kind) -> 
             archiver.handle(event_of(batch, kind))
         except PositionResetsError as refused:
             assert_unverifiable(archive.runtime(config), batch, refused)
+        except StagingConflictError:
+            pass  # refused for a state that moved meanwhile (an epoch started): the mapping retries
 
     ids = list(workload.records)  # partition numbers, or shard ids
+    # partition -> (epoch, its first offset, the last offset of the epoch before it), per start
+    starts: dict[PartitionId, list[tuple[int, int, int]]] = {partition: [] for partition in ids}
 
     for step in plan:
         if step[0] == "deliver":
@@ -147,7 +166,19 @@ def run_plan(moto_endpoint, tmp_path_factory, plan, seed, max_records, kind) -> 
             except PositionResetsError as refused:  # the batch is retried (as the mapping does)
                 assert_unverifiable(archive.runtime(config), batch, refused)
         elif step[0] == "expire":
-            esm.expire(ids[step[1]])
+            partition = ids[step[1]]
+            # From TRIM_HORIZON, but not from below the current epoch's start: nothing there can be
+            # compared (refused as below_window until an operator resumes: README, Epochs).
+            esm.expire(partition, starts[partition][-1][1] if starts[partition] else None)
+        elif step[0] == "epoch":
+            _, index, back = step
+            partition = ids[index]
+            offsets = [record.offset for record in workload.records[partition]]
+            staged = archive.runtime(config).ledger.load("orders", partition).staged_offset
+            first = offsets[max(bisect_right(offsets, staged) - back, 0)]
+            started = archive.runtime(config).writer(stream, partition).start_epoch(first, reason="re-archive")
+            starts[partition].append((started.epoch, first, started.previous_staged_offset))
+            esm.expire(partition, first)  # the operator resets the group to the epoch's first offset
         elif step[0] == "tick":
             archive.clock.advance(minutes=step[1])
         elif step[0] == "sweep":
@@ -175,7 +206,7 @@ def run_plan(moto_endpoint, tmp_path_factory, plan, seed, max_records, kind) -> 
     archive.clock.advance(minutes=31)
     for partition in ids:
         archive.runtime(config).writer(stream, partition).maintain()
-    report = verify_archive(archive.s3, archive.bucket, "orders", workload.expected)
+    report = verify_archive(archive.s3, archive.bucket, "orders", in_epochs(workload.expected, starts))
     assert (report.lost, report.duplicated, report.unexpected, report.misfiled, report.corrupted) == (
         [],
         [],
@@ -183,5 +214,22 @@ def run_plan(moto_endpoint, tmp_path_factory, plan, seed, max_records, kind) -> 
         [],
         [],
     )
-    assert report.produced == PARTITIONS * PER_PARTITION
+    assert report.produced == len(in_epochs(workload.expected, starts))
     assert sorted(p.name for p in archive.staging_root.rglob("*.seg")) == []
+
+
+def in_epochs(
+    expected: list[ExpectedRecord], starts: dict[PartitionId, list[tuple[int, int, int]]]
+) -> list[ExpectedRecord]:
+    """Every record in each epoch that holds it: epoch 0 from the log's start, each later epoch
+    from its first offset, every epoch up to the staged offset at the next start (what it
+    staged stays archived under its keys), the last to the log's end."""
+    held: list[ExpectedRecord] = []
+    for item in expected:
+        epochs = starts[item.partition]
+        firsts = [(0, -1)] + [(number, first) for number, first, _ in epochs]
+        ends = [previous for _, _, previous in epochs] + [None]
+        for (number, first), end in zip(firsts, ends, strict=True):
+            if item.offset >= first and (end is None or item.offset <= end):
+                held.append(replace(item, epoch=number))
+    return held

@@ -19,6 +19,7 @@ from tests.support.events import event_of
 from tests.support.workload import KINESIS_STREAM_ARN, Workload
 from tidemark.archiver import Archiver
 from tidemark.config import TidemarkConfig, parse_config
+from tidemark.exceptions import StagingConflictError
 from tidemark.faults import CrashPoints, SimulatedCrash
 from tidemark.formats import RenderSpec, format_of
 from tidemark.objects.keys import hour_of_key, positions_of_key
@@ -158,6 +159,8 @@ class EsmModel:
         except SimulatedCrash:
             self.crashes += 1
             return False
+        except StagingConflictError:  # refused (e.g. an epoch started meanwhile): the mapping retries
+            return False
         partition = records[0].partition
         self.committed[partition] = max(self.committed[partition], records[-1].offset + 1)
         return True
@@ -165,8 +168,11 @@ class EsmModel:
     def drain(self, size: int) -> None:
         """The ESM keeps retrying until every record has been delivered successfully."""
         for partition in self.workload.records:
+            refused = 0
             while self.pending(partition):
-                assert self.deliver(self.batch(partition, size)), "delivery without faults must succeed"
+                if not self.deliver(self.batch(partition, size)):
+                    refused += 1  # refused once for a state that moved meanwhile, then archived
+                    assert refused <= 3, "delivery without faults must succeed"
 
 
 def assert_objects_describe_themselves(archive, config) -> None:

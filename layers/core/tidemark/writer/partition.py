@@ -159,6 +159,7 @@ class PartitionWriter:
         SEALED, counted in ``flushes_deferred``, and resumed by a later run."""
         outcome = BatchOutcome(records_in=len(records))
         self._deadline_ms, self._deferred = deadline_ms, set()
+        cached = not fresh and self._key in self._cache
         state = self.recover(outcome, fresh=fresh)
         version = state.version
         if self._dedupe is not None:
@@ -167,12 +168,32 @@ class PartitionWriter:
             state = self._stage_numbered(records, state, outcome)
         else:
             state = self.stage(records, state, outcome, source=source)
+            if records and cached and state.version == version and not outcome.staged:
+                state = self._confirm_duplicates(records, state, outcome, source)
         outcome.duplicates = outcome.records_in - outcome.staged  # redelivered, or dropped by dedupe
         if state.version != version and self._gc_due():  # just written: the stored state right now
             self.collect_garbage(state, outcome)
         state = self.rotate(state, outcome, drain=drain)
         self.flush(state, outcome)
         return outcome
+
+    def _confirm_duplicates(
+        self, records: Sequence[Record], cached: PartitionState, outcome: BatchOutcome, source: str
+    ) -> PartitionState:
+        """A batch wholly at or below a *cached* staged offset is dropped only once the stored
+        state confirms it. Within an epoch the staged offset only grows, so a stale cache can only
+        under-count what was archived -- but ``tidemark epoch start --from-offset N`` moves it
+        back: a warm container whose cache predates the epoch would drop the new epoch's records
+        against the old epoch's position, and the mapping would commit past them (loss). One
+        consistent read per such batch (a redelivery: rare); a changed state judges it again."""
+        stored = self._load()
+        if stored.version == cached.version:
+            return cached
+        logger.info(
+            "a batch of duplicates by the cached state is judged again against the stored one",
+            extra={**self._log, "cached_epoch": cached.epoch, "stored_epoch": stored.epoch},
+        )
+        return self.stage(records, stored, outcome, source=source)
 
     def maintain(self, *, deadline_ms: int | None = None) -> BatchOutcome:
         """Recover from a fresh read, then seal and flush whatever is due (idle buffers past
