@@ -253,3 +253,73 @@ def test_a_batch_of_nothing_but_duplicates_reports_them(archive):
     first, again = (Archiver(runtime).handle(event)["orders"] for _ in range(2))
     assert (first.staged, first.duplicates) == (30, 0)
     assert (again.staged, again.duplicates) == (0, 30)  # DuplicatesDropped says what the redelivery was
+
+
+def test_a_warm_writer_that_adopts_a_state_it_did_not_catch_up_indexes_it_before_flushing(archive):
+    """Issue 28, finding 1 (a). A warm container's cached state is stale; it gets a batch that is
+    all duplicates (a lost ack's redelivery), so it numbers nothing and never reads the ledger.
+    Meanwhile a cold container accepted 40 more messages and died before indexing them. The warm
+    container's rotation loses to that state and adopts it: it must index the 40 ids from their
+    staged segments before it seals and flushes (which deletes them). Failing first: 50 produced,
+    90 archived."""
+    data = small_config_data(max_records=1000, max_age="10m")
+    data["streams"][0].update(source=rabbitmq_source(), aggregations=[])
+    config = parse_config(data)
+    published = publish_orders(50, seed=21, no_id=0, bad=0, repeats=0, hours=1)
+    messages = published.messages
+    model = QueueModel([], lambda crash: archive.runtime(config, crash))
+    warm = archive.runtime(config)
+
+    def handle(runtime, batch) -> None:
+        Archiver(runtime).handle(build_rabbitmq_event(batch, broker_arn=BROKER_ARN, queue="orders"))
+
+    handle(warm, messages[0:10])  # accepted, OPEN (no rule due yet); the ack is lost
+    with pytest.raises(SimulatedCrash):
+        handle(archive.runtime(config, CrashAt(AFTER_ACCEPT)), messages[10:50])  # accepted, not indexed
+    archive.clock.advance(minutes=11)  # the open buffers are due by age
+    handle(warm, messages[0:10])  # all duplicates; the rotation adopts the cold container's state
+    model.ready.extend(messages[10:50])  # the crashed batch comes again
+    finish(archive, config, model, 25)
+    assert_exactly_once(archive, config, published)
+
+
+def test_a_sweep_that_adopts_an_archivers_accept_indexes_it_before_flushing(archive):
+    """Issue 28, finding 1 (b). The sweeper's ``maintain`` has indexed what was accepted when it
+    started; before its rotation writes the ledger, an archiver accepts 40 messages into the same
+    open buffers and dies before indexing them. The sweep's seal loses to that state and adopts
+    it; it seals and flushes the buffers, the 40 included (deleting their segments): indexed
+    first, or they come back as new. Failing first: 80 produced, 120 archived."""
+    data = small_config_data(max_records=1000)
+    data["streams"][0].update(source=rabbitmq_source(), aggregations=[])
+    config = parse_config(data)
+    published = publish_orders(80, seed=22, no_id=0, bad=0, repeats=0, hours=1)
+    messages = published.messages
+    model = QueueModel([], lambda crash: archive.runtime(config, crash))
+
+    def handle(runtime, batch) -> None:
+        Archiver(runtime).handle(build_rabbitmq_event(batch, broker_arn=BROKER_ARN, queue="orders"))
+
+    handle(archive.runtime(config), messages[0:40])  # accepted and indexed, OPEN
+    archive.clock.advance(minutes=16)  # due by age
+
+    sweep = archive.runtime(config).writer(config.streams[0], 0)
+    ledger = sweep._ledger
+    save = ledger.save
+    ran: list[bool] = []
+
+    def save_after_an_archiver(*args, **kwargs):  # the sweep's first write, after a dead archiver's accept
+        if not ran:
+            ran.append(True)
+            with pytest.raises(SimulatedCrash):
+                handle(archive.runtime(config, CrashAt(AFTER_ACCEPT)), messages[40:80])
+        return save(*args, **kwargs)
+
+    ledger.save = save_after_an_archiver
+    try:
+        sweep.maintain()
+    finally:
+        ledger.save = save
+    assert ran
+    model.ready.extend(messages)  # both batches come again
+    finish(archive, config, model, 40)
+    assert_exactly_once(archive, config, published)

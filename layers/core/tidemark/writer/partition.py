@@ -3,9 +3,10 @@
 One run (``write`` for a batch, ``maintain`` with no records) always goes through the same
 steps, each a method below; DESIGN.md has the protocol as pseudo-code with its crash points::
 
-    recover   finish every SEALED flush left behind, delete garbage segments; a source without
-              offsets (RabbitMQ): index the ids of accepted positions the dedupe index lacks
-    number    a source without offsets: drop ids accepted within the window, number the rest
+    recover   finish every SEALED flush left behind, delete garbage segments
+    number    a source without offsets (RabbitMQ): drop ids accepted within the window, number
+              the rest (``tidemark.writer.positions``: every state the writer adopts -- read, or a
+              lost write's winner -- first has the ids of its accepted positions indexed)
     stage     dedupe -> route -> write segments -> ledger accept (fenced by version)
     rotate    seal the OPEN buffers a rotation rule fires for
     flush     for each SEALED flush: render+upload -> ledger commit -> delete its segments
@@ -29,7 +30,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from tidemark.buffers import RAW_KIND, BufferKey
 from tidemark.clock import Clock
-from tidemark.dedupe import DedupeIndex, digest
+from tidemark.dedupe import DedupeIndex
 from tidemark.exceptions import (
     CorruptSegmentError,
     DoubleCommitError,
@@ -39,7 +40,6 @@ from tidemark.exceptions import (
     ObjectConflictError,
     PositionResetError,
     StagingConflictError,
-    StaleNumberingError,
     UnsupportedSegmentError,
 )
 from tidemark.faults import (
@@ -65,6 +65,7 @@ from tidemark.staging.frames import Frame
 from tidemark.staging.store import SegmentRef, SegmentStore
 from tidemark.writer.budget import ItemBudget
 from tidemark.writer.outcome import BatchOutcome, FlushOutcome
+from tidemark.writer.positions import Positions, QueueNumbering, SourcePositions
 from tidemark.writer.stream import StreamContext
 
 _BUFFER = itemgetter(0)  # of a Routed
@@ -79,8 +80,6 @@ DRAIN = "drain"  # an operator (or the demo's last step) asked for every open bu
 REARCHIVE = "rearchive"  # a quarantined flush archived from its records fetched again from the source
 # A rearchive races a live partition: every accepted batch moves the state's version.
 REARCHIVE_ATTEMPTS = 20
-# A queue's batch numbered on a stale state is renumbered from a fresh read this many times.
-RENUMBER_ATTEMPTS = 3
 
 # A warm container lists the staging directory (a network round trip on EFS) at most this often
 # per partition; a cold start and every maintenance run always do.
@@ -131,11 +130,21 @@ class PartitionWriter:
         self._buffer_extra = (
             max(len(stream.spec), len(stream.errors_spec)) + stream.config.partition_by.max_folders_length
         )
-        # A source without offsets (RabbitMQ): the ids it has accepted, and the digests of the
-        # positions this run numbered (indexed without reading their segments back).
-        self._dedupe = dedupe
-        self._numbered: dict[int, bytes] = {}  # position -> digest, as number() numbered the batch
-        self._own: dict[int, bytes] = {}  # ... of the positions this run's accepts took
+        # Where positions come from: the source's own, or (a queue) the ledger's numbering with an
+        # index of message ids, caught up whenever a state is adopted (``_load``, ``_winner``).
+        self._positions: Positions = (
+            SourcePositions()
+            if dedupe is None
+            else QueueNumbering(
+                stream=stream.name,
+                partition=partition,
+                index=dedupe,
+                settings=stream.config.dedupe_settings,
+                staging=staging,
+                clock=clock,
+                load=self._load,
+            )
+        )
         self._deadline_ms: int | None = None  # this run's: no flush starts after it (``write``)
         self._deferred: set[str] = set()  # flushes this run left SEALED past its deadline
 
@@ -162,14 +171,9 @@ class PartitionWriter:
         cached = not fresh and self._key in self._cache
         state = self.recover(outcome, fresh=fresh)
         version = state.version
-        if self._dedupe is not None:
-            # A queue's positions are the ledger's own numbers: the broker (or virtual host) it
-            # came from says nothing about them, and a replaced broker must not stop the queue.
-            state = self._stage_numbered(records, state, outcome)
-        else:
-            state = self.stage(records, state, outcome, source=source)
-            if records and cached and state.version == version and not outcome.staged:
-                state = self._confirm_duplicates(records, state, outcome, source)
+        state = self._positions.stage(records, state, outcome, self._stager(source))
+        if records and cached and state.version == version and not outcome.staged:
+            state = self._confirm_duplicates(records, state, outcome, source)
         outcome.duplicates = outcome.records_in - outcome.staged  # redelivered, or dropped by dedupe
         if state.version != version and self._gc_due():  # just written: the stored state right now
             self.collect_garbage(state, outcome)
@@ -193,7 +197,11 @@ class PartitionWriter:
             "a batch of duplicates by the cached state is judged again against the stored one",
             extra={**self._log, "cached_epoch": cached.epoch, "stored_epoch": stored.epoch},
         )
-        return self.stage(records, stored, outcome, source=source)
+        return self._positions.stage(records, stored, outcome, self._stager(source))
+
+    def _stager(self, source: str) -> Callable[[Sequence[Record], PartitionState, BatchOutcome], PartitionState]:
+        pinned = self._positions.pinned_source(source)
+        return lambda records, state, outcome: self.stage(records, state, outcome, source=pinned)
 
     def maintain(self, *, deadline_ms: int | None = None) -> BatchOutcome:
         """Recover from a fresh read, then seal and flush whatever is due (idle buffers past
@@ -211,11 +219,8 @@ class PartitionWriter:
         One fenced ledger write seals every OPEN buffer under the ending epoch's keys and moves
         the partition to the new epoch; the sealed flushes are uploaded by the next archiver run
         or sweep, which can read the staging mount."""
-        if self._dedupe is not None:
-            raise InvalidTransitionError(
-                f"{self.stream.name}: a queue's positions are the archive's own numbers, they never go back: "
-                "epochs are for sources whose positions can (a recreated Kafka topic)"
-            )
+        if self._positions.epoch_refusal is not None:
+            raise InvalidTransitionError(f"{self.stream.name}: {self._positions.epoch_refusal}")
         for _attempt in range(self.stream.archive.max_accept_attempts):
             state = self._load()
             now, ending = self._clock.now_ms(), state.epoch
@@ -257,7 +262,13 @@ class PartitionWriter:
     # -- state --------------------------------------------------------------------------------
 
     def _load(self) -> PartitionState:
-        return self._remember(self._ledger.load(self.stream.name, self.partition))
+        return self._adopt(self._ledger.load(self.stream.name, self.partition))
+
+    def _adopt(self, state: PartitionState) -> PartitionState:
+        """Take on a state this writer did not write (read, or a lost write's winner): every
+        step that adopts one goes through here, before it seals, flushes or accepts onto it."""
+        self._positions.adopt(state)
+        return self._remember(state)
 
     def _remember(self, state: PartitionState) -> PartitionState:
         self._cache[self._key] = state
@@ -265,108 +276,21 @@ class PartitionWriter:
 
     def _winner(self, conflict: LedgerConflictError) -> PartitionState:
         current = conflict.current
-        return self._remember(current) if isinstance(current, PartitionState) else self._load()
+        return self._adopt(current) if isinstance(current, PartitionState) else self._load()
 
     # -- recover ------------------------------------------------------------------------------
 
     def recover(self, outcome: BatchOutcome, *, fresh: bool = False) -> PartitionState:
         cached = None if fresh else self._cache.get(self._key)
+        if cached is not None:
+            self._positions.adopt(cached)  # (the index may have been replaced since)
         state = cached if cached is not None else self._load()
         if state.sealed:
             logger.info("resuming sealed flushes", extra={**self._log, "flushes": sorted(state.sealed)})
             state = self.flush(state, outcome, resumed=True)
         if cached is None:
             self.collect_garbage(state, outcome)
-        if self._dedupe is not None:
-            self._catch_up(state)
         return state
-
-    # -- number (a source without offsets) ------------------------------------------------------
-
-    def number(self, records: Sequence[Record], state: PartitionState) -> list[Record]:
-        """Drop the messages whose id the partition accepted within the dedupe window, and repeats
-        of an id within the batch (the first stays), and number the rest ``staged_offset + 1``
-        on, in delivery order. ``state`` must be indexed (``recover``): should another writer have
-        accepted meanwhile, the accept conflicts and the batch is refused, never renumbered."""
-        assert self._dedupe is not None
-        rule = self.stream.config.dedupe_settings
-        digests = [digest(record, rule.id) for record in records]
-        seen = self._dedupe.seen(digests, self._clock.now_ms() - rule.window_ms)
-        numbered: list[Record] = []
-        self._numbered = {}
-        position = state.staged_offset + 1
-        for record, key in zip(records, digests, strict=True):
-            if key in seen:
-                continue
-            seen.add(key)
-            numbered.append(record._replace(offset=position))
-            self._numbered[position] = key
-            position += 1
-        return numbered
-
-    def _stage_numbered(
-        self, records: Sequence[Record], state: PartitionState, outcome: BatchOutcome
-    ) -> PartitionState:
-        """Number a queue's batch and stage it. Numbered on a stale state (a warm container whose
-        cached state another container moved on), it is renumbered from a fresh read -- as long
-        as none of it was accepted: once a chunk was, the batch is refused and redelivered."""
-        for attempt in range(1, RENUMBER_ATTEMPTS + 1):
-            try:
-                return self.stage(self.number(records, state) if records else [], state, outcome, source="")
-            except StaleNumberingError:
-                if outcome.staged or attempt == RENUMBER_ATTEMPTS:
-                    raise
-                outcome.conflicts += 1
-                state = self._load()
-                self._catch_up(state)
-        raise AssertionError("unreachable")
-
-    def _catch_up(self, state: PartitionState) -> None:
-        """Index the ids of accepted positions the index lacks (a crash between an accept and its
-        indexing, or another writer's accept): before anything is deduplicated against the index
-        or flushed, so every accepted id is indexed while its segment is still staged. Positions
-        this run accepted are indexed from their digests, always; any other from the staged
-        segments."""
-        assert self._dedupe is not None
-        through = self._dedupe.indexed_through()
-        if through > state.staged_offset:
-            logger.error(
-                "dedupe: the index is ahead of the ledger (a restored or recreated ledger?): ids it holds above "
-                "the ledger's position are taken as archived",
-                extra={**self._log, "indexed_through": through, "staged_offset": state.staged_offset},
-            )
-        own = [(key, position) for position, key in self._own.items()]
-        others = [position for position in range(through + 1, state.staged_offset + 1) if position not in self._own]
-        if not own and not others:
-            return
-        rule = self.stream.config.dedupe_settings
-        entries = own
-        if others:
-            unknown = set(others)
-            for segment in state.staged_segments():
-                if segment.last < others[0]:
-                    continue
-                try:
-                    frames = self._staging.read(self.stream.name, self.partition, segment)
-                except CorruptSegmentError as exc:  # its flush is quarantined; its ids cannot be indexed
-                    logger.error("dedupe: an accepted segment cannot be read", extra={**self._log, "error": str(exc)})
-                    continue
-                entries += [(digest(frame, rule.id), frame.offset) for frame in frames if frame.offset in unknown]
-            missing = len(unknown) - len({position for _digest, position in entries} & unknown)
-            if missing:
-                logger.warning(
-                    "dedupe: accepted positions no longer staged were not indexed; their ids may be archived again",
-                    extra={**self._log, "positions": missing, "indexed_through": through},
-                )
-        now = self._clock.now_ms()
-        self._dedupe.record(
-            entries,
-            state.staged_offset,
-            now,
-            expired_before_ms=now - rule.window_ms,
-            prune_limit=2 * len(entries) + 100,
-        )
-        self._own.clear()  # indexed
 
     def collect_garbage(self, state: PartitionState, outcome: BatchOutcome) -> None:
         """Delete segments the ledger does not reference and never will.
@@ -417,16 +341,9 @@ class PartitionWriter:
         routed = list(zip(offsets, routes, strict=True))
         event_times = list(map(_EVENT_MS, routes))
         conflicts_left = self.stream.archive.max_accept_attempts
-        numbered_after = offsets[0] - 1 if offsets else state.staged_offset  # a queue: the base it was numbered on
         while True:
-            if self._dedupe is not None and offsets and state.staged_offset != numbered_after:
-                # Another writer accepted since these messages were numbered (seen after a reload:
-                # a rotation, making room, a flush between chunks). Numbers at or below its
-                # position would be taken for ours and dropped: refuse, the broker redelivers.
-                raise StaleNumberingError(
-                    f"{self.stream.name}/{self.partition}: another writer accepted messages meanwhile; this "
-                    "batch was numbered after an older position and is refused (the broker redelivers it)"
-                )
+            if offsets:
+                self._positions.before_accept(state)
             start = bisect_right(offsets, state.staged_offset)  # routed ascends: the rest is fresh
             fresh = routed[start:]
             if not fresh:
@@ -479,24 +396,14 @@ class PartitionWriter:
                 state = self._remember(self._ledger.save(accepted, state, prepared))
             except LedgerConflictError as conflict:
                 winner = self._winner(conflict)
-                if (
-                    self._dedupe is not None
-                    and winner.staged_offset != state.staged_offset
-                    and not self._landed(written, winner)
-                ):
-                    for _key, ref in written:
-                        self._staging.delete(self.stream.name, self.partition, ref.name)
-                    raise StaleNumberingError(
-                        f"{self.stream.name}/{self.partition}: another writer accepted messages meanwhile; this "
-                        "batch was numbered after an older position and is refused (the broker redelivers it)"
-                    ) from None
                 if not self._landed(written, winner):
+                    for _key, ref in written:  # a loser's segment is garbage: never read, deleted now
+                        self._staging.delete(self.stream.name, self.partition, ref.name)
+                    self._positions.accept_lost(winner, state)  # a queue's stale numbers: refused
                     outcome.conflicts += 1
                     logger.warning(
                         "accept lost to a concurrent writer; retrying", extra={**self._log, "why": f"{conflict}"}
                     )
-                    for _key, ref in written:  # a loser's segment is garbage: never read, deleted now
-                        self._staging.delete(self.stream.name, self.partition, ref.name)
                     if winner.staged_offset != state.staged_offset:
                         # What the winner accepted is now at or below its staged offset, and this
                         # batch's records there would be dropped as duplicates: judged against the
@@ -516,10 +423,7 @@ class PartitionWriter:
                 logger.info("accept landed on a retried request", extra=self._log)
                 state = winner
             self._crash.hit(AFTER_ACCEPT)
-            if self._dedupe is not None:
-                numbered_after = chunk[-1][0]
-                self._own.update((offset, self._numbered[offset]) for offset, _route in chunk)
-                self._catch_up(state)
+            self._positions.accepted([offset for offset, _route in chunk], state)
             outcome.staged += len(chunk)
             outcome.bytes_staged += sum(ref.size for _key, ref in written)
             outcome.segments_written += len(written)
