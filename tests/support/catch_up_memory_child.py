@@ -16,6 +16,7 @@ from pathlib import Path
 from tests.support.flush_memory_child import peak_rss_mib, reset_peak_rss, rss_mib
 from tidemark.clock import ManualClock
 from tidemark.config.model import DedupeConfig
+from tidemark.dedupe.rebuild import ArchivedIds
 from tidemark.dedupe.sqlite import SqliteDedupeIndex
 from tidemark.ledger.model import PartitionState
 from tidemark.staging.store import SegmentStore
@@ -34,6 +35,7 @@ def main() -> None:
         staging=SegmentStore(root / "staging"),
         clock=ManualClock(),
         load=lambda: state,
+        archived=lambda _since_ms: ArchivedIds(),
     )
     index.indexed_through()  # the connection open before the measure
     before = rss_mib()

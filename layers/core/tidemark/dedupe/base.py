@@ -46,8 +46,17 @@ class DedupeIndex(ABC):
         """Every accepted position up to this one is in the index (-1: none yet)."""
         return self._indexed_through()
 
+    def replace(self, entries: Sequence[tuple[bytes, int, int]], through: int) -> str | None:
+        """Replace the whole index by ``entries`` ((digest, position, accepted_ms)) with
+        ``indexed_through = through``, atomically (a rebuild after damage). Returns where the
+        replaced index was set aside, if anywhere."""
+        return self._replace(entries, through)
+
     def close(self) -> None:
         return None
+
+    def _replace(self, entries: Sequence[tuple[bytes, int, int]], through: int) -> str | None:
+        raise NotImplementedError(f"{type(self).__name__} cannot be rebuilt")
 
     @abstractmethod
     def _seen(self, digests: set[bytes], since_ms: int) -> set[bytes]: ...

@@ -16,16 +16,21 @@ Schema::
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
+import time
 from collections.abc import Sequence
+from contextlib import closing
 from pathlib import Path
 
 from tidemark.dedupe.base import DedupeIndex
-from tidemark.dedupe.exceptions import DedupeIndexUnavailableError
+from tidemark.dedupe.exceptions import DedupeIndexDamagedError, DedupeIndexUnavailableError
 
 BUSY_TIMEOUT_S = 30.0
 CACHE_KIB = 16 * 1024  # pages kept between invocations of a warm container (SQLite's default: 2 MiB)
+#: SQLite's primary result codes for a file that is damaged, or not a database at all
+_DAMAGED = (11, 26)  # SQLITE_CORRUPT, SQLITE_NOTADB
 _LOOKUP_CHUNK = 500  # digests per SELECT (SQLite allows 999 parameters by default)
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS ids (digest BLOB PRIMARY KEY, position INTEGER NOT NULL, accepted_ms INTEGER NOT NULL)
@@ -56,7 +61,9 @@ class SqliteDedupeIndex(DedupeIndex):
                 connection.execute("PRAGMA synchronous=FULL")
                 connection.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
                 connection.executescript(_SCHEMA)
-            except (OSError, sqlite3.Error) as exc:
+            except sqlite3.Error as exc:
+                raise self._failed(exc) from None
+            except OSError as exc:
                 raise DedupeIndexUnavailableError(f"dedupe index {self.path}: {exc}") from None
             self._connection = connection
         return self._connection
@@ -79,7 +86,7 @@ class SqliteDedupeIndex(DedupeIndex):
                 )
                 found.update(bytes(row[0]) for row in rows)
         except sqlite3.Error as exc:
-            raise DedupeIndexUnavailableError(f"dedupe index {self.path}: {exc}") from None
+            raise self._failed(exc) from None
         return found
 
     def _record(
@@ -119,7 +126,7 @@ class SqliteDedupeIndex(DedupeIndex):
                 db.execute("ROLLBACK")
                 raise
         except sqlite3.Error as exc:
-            raise DedupeIndexUnavailableError(f"dedupe index {self.path}: {exc}") from None
+            raise self._failed(exc) from None
         return max(deleted, 0)
 
     def _indexed_through(self) -> int:
@@ -127,11 +134,62 @@ class SqliteDedupeIndex(DedupeIndex):
             with self._lock:
                 row = self._db().execute("SELECT value FROM meta WHERE name = 'indexed_through'").fetchone()
         except sqlite3.Error as exc:
-            raise DedupeIndexUnavailableError(f"dedupe index {self.path}: {exc}") from None
+            raise self._failed(exc) from None
         return -1 if row is None else int(row[0])
+
+    def _failed(self, exc: sqlite3.Error) -> DedupeIndexUnavailableError:
+        """The error to raise: damaged (the connection is dropped, so a replaced file is opened
+        afresh by the next call), or unavailable (a lock, the mount: a retry may cure it)."""
+        if getattr(exc, "sqlite_errorcode", 0) & 0xFF in _DAMAGED:
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None
+            return DedupeIndexDamagedError(f"dedupe index {self.path} is damaged: {exc}")
+        return DedupeIndexUnavailableError(f"dedupe index {self.path}: {exc}")
+
+    def _replace(self, entries: Sequence[tuple[bytes, int, int]], through: int) -> str | None:
+        """A new file holding ``entries``, built beside the index, synced, then renamed over it;
+        the file it replaces is kept as ``<name>.damaged-<ns>``."""
+        with self._lock:
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None
+            fresh = self.path.with_name(self.path.name + ".rebuilding")
+            fresh.unlink(missing_ok=True)
+            try:
+                with closing(sqlite3.connect(fresh, isolation_level=None)) as db:
+                    db.execute("PRAGMA journal_mode=PERSIST")
+                    db.execute("PRAGMA synchronous=FULL")
+                    db.executescript(_SCHEMA)
+                    db.execute("BEGIN IMMEDIATE")
+                    db.executemany(
+                        "INSERT INTO ids (digest, position, accepted_ms) VALUES (?, ?, ?) "
+                        "ON CONFLICT (digest) DO UPDATE SET position = max(position, excluded.position), "
+                        "accepted_ms = max(accepted_ms, excluded.accepted_ms)",
+                        sorted(entries),
+                    )
+                    db.execute("INSERT INTO meta (name, value) VALUES ('indexed_through', ?)", (through,))
+                    db.execute("COMMIT")
+                kept = None
+                if self.path.exists():
+                    kept = str(self.path.with_name(f"{self.path.name}.damaged-{time.time_ns()}"))
+                    os.replace(self.path, kept)
+                os.replace(fresh, self.path)
+                _fsync_dir(self.path.parent)
+            except (OSError, sqlite3.Error) as exc:
+                raise DedupeIndexUnavailableError(f"dedupe index {self.path}: rebuild failed: {exc}") from None
+            return kept
 
     def close(self) -> None:
         with self._lock:
             if self._connection is not None:
                 self._connection.close()
                 self._connection = None
+
+
+def _fsync_dir(directory: Path) -> None:
+    descriptor = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)

@@ -20,7 +20,7 @@ import secrets
 import threading
 from collections.abc import Iterator, Sequence, Set
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -227,11 +227,11 @@ class SegmentStore:
             segment_name(buffer, first, last, created_ms, secrets.token_hex(6)), records, size, first, last
         )
 
-    def read(self, stream: str, partition: PartitionId, ref: SegmentRef) -> list[Frame]:
+    def read(self, stream: str, partition: PartitionId, ref: SegmentRef, *, directory: str = "") -> list[Frame]:
         """Read an accepted segment and prove it holds exactly what the ledger says."""
         if parse_segment_name(ref.name) is None:
             raise UnsafePathError(f"refusing to read {ref.name!r}: not a segment name")
-        path = self.partition_dir(stream, partition) / ref.name
+        path = self.partition_dir(stream, partition) / directory / ref.name
         try:
             data = path.read_bytes()
         except FileNotFoundError:
@@ -288,6 +288,65 @@ class SegmentStore:
             return False
         _fsync_dir(directory.parent)
         return True
+
+    # -- segments kept for a rebuild of a queue's dedupe index ---------------------------------
+
+    def keep(self, stream: str, partition: PartitionId, ref: SegmentRef) -> None:
+        """Move a flushed segment into the partition's ``kept/`` directory instead of deleting it,
+        and note its ledger record there (``kept/refs``, one line each): while a queue's dedupe
+        index is damaged, its ids are what a rebuild needs. Nothing else reads ``kept/`` (it is
+        no segment name: garbage collection never sees it)."""
+        if parse_segment_name(ref.name) is None:
+            raise UnsafePathError(f"refusing to keep {ref.name!r}: not a segment name")
+        kept = self.partition_dir(stream, partition) / KEPT
+        kept.mkdir(exist_ok=True)
+        line = f"{ref.name} {ref.records} {ref.size} {ref.first} {ref.last}\n"
+        with open(kept / KEPT_REFS, "a", encoding="ascii") as refs:
+            refs.write(line)
+            refs.flush()
+            os.fsync(refs.fileno())
+        try:
+            os.replace(self.partition_dir(stream, partition) / ref.name, kept / ref.name)
+        except FileNotFoundError:
+            return  # (already kept: a flush resumed after a crash here)
+        _fsync_dir(kept)
+
+    def kept(self, stream: str, partition: PartitionId) -> list[SegmentRef]:
+        """The segments ``keep`` moved aside and still there, as the ledger recorded them."""
+        kept = self.partition_dir(stream, partition) / KEPT
+        try:
+            lines = (kept / KEPT_REFS).read_text(encoding="ascii").splitlines()
+        except FileNotFoundError:
+            return []
+        refs: dict[str, SegmentRef] = {}
+        for line in lines:
+            fields = line.split()
+            if len(fields) != 5 or parse_segment_name(fields[0]) is None:
+                continue  # a torn last line (a crash while appending): its segment was not moved yet
+            name, records, size, first, last = fields[0], *map(int, fields[1:])
+            if (kept / name).exists():
+                refs[name] = SegmentRef(name, records, size, first, last)
+        return sorted(refs.values(), key=lambda ref: (ref.first, ref.name))
+
+    def read_kept(self, stream: str, partition: PartitionId, ref: SegmentRef) -> list[Frame]:
+        return self.read(stream, partition, ref, directory=KEPT)
+
+    def discard_kept(self, stream: str, partition: PartitionId) -> int:
+        """Delete every kept segment (after a rebuild indexed them); how many."""
+        kept = self.partition_dir(stream, partition) / KEPT
+        try:
+            names = os.listdir(kept)
+        except FileNotFoundError:
+            return 0
+        removed = 0
+        for name in names:
+            if parse_segment_name(name) is not None:
+                os.unlink(kept / name)
+                removed += 1
+        (kept / KEPT_REFS).unlink(missing_ok=True)
+        with suppress(OSError):  # (not empty: a segment kept meanwhile stays for the next rebuild)
+            kept.rmdir()
+        return removed
 
     def delete(self, stream: str, partition: PartitionId, name: str) -> bool:
         if parse_segment_name(name) is None:
@@ -362,6 +421,11 @@ def _write_all(fd: int, views: list[memoryview]) -> None:
                 break
             written -= size
             index += 1
+
+
+#: where ``keep`` moves flushed segments, inside a partition's directory, and its list of them
+KEPT = "kept"
+KEPT_REFS = "refs"
 
 
 def _fsync_dir(directory: Path) -> None:

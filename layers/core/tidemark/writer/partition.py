@@ -31,6 +31,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from tidemark.buffers import RAW_KIND, BufferKey
 from tidemark.clock import Clock
 from tidemark.dedupe import DedupeIndex
+from tidemark.dedupe.rebuild import archived_ids
 from tidemark.exceptions import (
     CorruptSegmentError,
     DoubleCommitError,
@@ -143,6 +144,15 @@ class PartitionWriter:
                 staging=staging,
                 clock=clock,
                 load=self._load,
+                archived=lambda since_ms: archived_ids(
+                    ledger,
+                    objects,
+                    stream,
+                    partition,
+                    stream.config.dedupe_settings,
+                    since_ms=since_ms,
+                    now_ms=clock.now_ms(),
+                ),
             )
         )
         self._deadline_ms: int | None = None  # this run's: no flush starts after it (``write``)
@@ -170,6 +180,8 @@ class PartitionWriter:
         self._deadline_ms, self._deferred = deadline_ms, set()
         cached = not fresh and self._key in self._cache
         state = self.recover(outcome, fresh=fresh)
+        if fresh:  # a sweep (or a drain): the chance to rebuild what positions rest on
+            self._positions.repair(state)
         version = state.version
         state = self._positions.stage(records, state, outcome, self._stager(source))
         if records and cached and state.version == version and not outcome.staged:
@@ -734,8 +746,12 @@ class PartitionWriter:
         if not settled:
             return state  # a concurrent writer committed the identical object
         outcome.flushes.append(self._flushed(flush, committed, resumed))
+        keep = self._positions.keeps_flushed()  # (a queue whose index is damaged: a rebuild reads them)
         for index, segment in enumerate(buffer.segments):
-            self._staging.delete(self.stream.name, self.partition, segment.name)
+            if keep:
+                self._staging.keep(self.stream.name, self.partition, segment)
+            else:
+                self._staging.delete(self.stream.name, self.partition, segment.name)
             if index == 0:
                 self._crash.hit(DURING_CLEANUP)
         return state

@@ -24,6 +24,8 @@ from typing import Protocol
 from tidemark.clock import Clock
 from tidemark.config.model import DedupeConfig
 from tidemark.dedupe import DedupeIndex, digest
+from tidemark.dedupe.exceptions import DedupeIndexDamagedError
+from tidemark.dedupe.rebuild import ArchivedIds
 from tidemark.exceptions import CorruptSegmentError, StaleNumberingError
 from tidemark.ledger.model import PartitionState
 from tidemark.records.model import Record
@@ -68,6 +70,12 @@ class Positions(Protocol):
     def accepted(self, offsets: Sequence[int], state: PartitionState) -> None:
         """``offsets`` were accepted, giving ``state``."""
 
+    def keeps_flushed(self) -> bool:
+        """Whether a flushed buffer's segments must be kept (``SegmentStore.keep``), not deleted."""
+
+    def repair(self, state: PartitionState) -> None:
+        """A sweep's chance to repair what this source's positions rest on."""
+
 
 class SourcePositions:
     """A Kafka partition or Kinesis shard: the source's positions, as delivered."""
@@ -92,6 +100,12 @@ class SourcePositions:
         return None
 
     def accepted(self, offsets: Sequence[int], state: PartitionState) -> None:
+        return None
+
+    def keeps_flushed(self) -> bool:
+        return False
+
+    def repair(self, state: PartitionState) -> None:
         return None
 
 
@@ -120,6 +134,7 @@ class QueueNumbering:
         staging: SegmentStore,
         clock: Clock,
         load: Callable[[], PartitionState],
+        archived: Callable[[int], ArchivedIds],
     ) -> None:
         self._stream = stream
         self._partition = partition
@@ -132,6 +147,8 @@ class QueueNumbering:
         self._numbered: dict[int, bytes] = {}  # position -> digest, as ``number`` numbered the batch
         self._own: dict[int, bytes] = {}  # ... of the positions this run's accepts took, not yet indexed
         self._base = -1  # the staged offset the batch was numbered after (then: its last accepted)
+        self._archived = archived  # since_ms -> the ids of objects committed since (a rebuild)
+        self._damaged: DedupeIndexDamagedError | None = None  # the index cannot be read or written
 
     def pinned_source(self, source: str) -> str:
         # The positions are the ledger's own numbers: the broker (or virtual host) a message came
@@ -165,7 +182,12 @@ class QueueNumbering:
     ) -> PartitionState:
         """Number the batch and stage it. Numbered on a stale state (a warm container whose
         cached state another container moved on), it is renumbered from a fresh read -- as long
-        as none of it was accepted: once a chunk was, the batch is refused and redelivered."""
+        as none of it was accepted: once a chunk was, the batch is refused and redelivered.
+        With the index damaged, a batch is refused (the broker keeps it) until a sweep rebuilt it."""
+        if records and self._damaged is not None:
+            raise DedupeIndexDamagedError(
+                f"{self._damaged}; the batch is refused (the broker keeps it) until the next sweep rebuilds the index"
+            )
         for attempt in range(1, RENUMBER_ATTEMPTS + 1):
             try:
                 return stage(self.number(records, state) if records else [], state, outcome)
@@ -202,7 +224,72 @@ class QueueNumbering:
 
     # -- the index catches up --------------------------------------------------------------------
 
+    def keeps_flushed(self) -> bool:
+        return self._damaged is not None  # a rebuild reads them: kept until it ran
+
     def adopt(self, state: PartitionState) -> None:
+        try:
+            self._catch_up(state)
+            return
+        except DedupeIndexDamagedError:
+            pass  # the connection was dropped: the path is opened afresh once (a sweep may have rebuilt it)
+        try:
+            self._catch_up(state)
+        except DedupeIndexDamagedError as exc:
+            if self._damaged is None:
+                logger.critical(
+                    "dedupe: the index is damaged: batches are refused (the broker keeps them), what is accepted "
+                    "is flushed with its segments kept, and the next sweep rebuilds the index",
+                    extra={**self._log, "error": str(exc)},
+                )
+            self._damaged = exc
+
+    def repair(self, state: PartitionState) -> None:
+        """Rebuild a damaged index from the partition's staged segments, the segments flushed
+        while it was damaged and the objects committed within the window, then set the damaged
+        file aside (``<name>.damaged-<ns>``) and delete the kept segments. A rebuild that fails
+        leaves the index damaged: the sweep goes on flushing (keeping segments) and the next
+        one tries again."""
+        if self._damaged is None:
+            return
+        now = self._clock.now_ms()
+        try:
+            archived = self._archived(now - self._settings.window_ms)
+            entries = list(archived.entries)
+            kept = self._staging.kept(self._stream, self._partition)
+            for segments, read in (
+                (state.staged_segments(), self._staging.read),
+                (kept, self._staging.read_kept),
+            ):
+                for segment in segments:
+                    entries += [
+                        (digest(frame, self._settings.id), frame.offset, now)
+                        for frame in read(self._stream, self._partition, segment)
+                        if frame.offset <= state.staged_offset
+                    ]
+            set_aside = self._index.replace(entries, state.staged_offset)
+        except Exception as exc:  # noqa: BLE001 -- any failure: the index stays damaged, flushes keep segments
+            logger.error(
+                "dedupe: the index could not be rebuilt; the next sweep tries again",
+                extra={**self._log, "error": f"{type(exc).__name__}: {exc}"},
+            )
+            return
+        discarded = self._staging.discard_kept(self._stream, self._partition)
+        self._damaged = None
+        logger.warning(
+            "dedupe: the index was rebuilt",
+            extra={
+                **self._log,
+                "entries": len(entries),
+                "objects_read": archived.objects,
+                "records_without_ids": archived.without_ids,
+                "kept_segments_deleted": discarded,
+                "indexed_through": state.staged_offset,
+                "set_aside": set_aside,
+            },
+        )
+
+    def _catch_up(self, state: PartitionState) -> None:
         """Index the ids of accepted positions the index lacks: this run's own accepts from their
         digests, any other's from the staged segments -- walked, never a range of positions, so
         the cost is what is staged, whatever the history (a lost or replaced index lacks every

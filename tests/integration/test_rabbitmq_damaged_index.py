@@ -1,0 +1,77 @@
+"""A queue whose dedupe index is damaged ("file is not a database"): issue 28, finding 3.
+
+Before, every archiver run and every sweep failed on it, so messages already accepted were never
+flushed, and nothing said how to recover. Now: the archiver refuses the queue's batches (the
+broker keeps them), the sweeper flushes what is accepted -- keeping the flushed segments aside,
+since a rebuild needs their ids -- and rebuilds the index from the staged segments, the kept ones
+and the objects committed within the window. Every id ends archived exactly once, checked in S3.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.integration.test_rabbitmq_exactly_once import assert_exactly_once, finish, queue_config
+from tests.support.queue_model import BROKER_ARN, QueueModel, publish_orders
+from tidemark.archiver import Archiver
+from tidemark.dedupe.exceptions import DedupeIndexDamagedError
+from tidemark.records.rabbitmq_esm import build_rabbitmq_event
+
+
+def damage(archive) -> None:
+    index = archive.staging_root / "orders" / "dedupe" / "p0.sqlite"
+    assert index.exists()
+    index.write_bytes(b"this is not an SQLite database " * 512)
+
+
+def kept_dir(archive):
+    return archive.staging_root / "orders" / "p0" / "kept"
+
+
+def test_a_damaged_index_refuses_batches_and_the_sweep_rebuilds_it(archive):
+    config = queue_config()
+    published = publish_orders(120, seed=31, repeats=0)
+    messages = published.messages
+    model = QueueModel(list(messages[:80]), lambda crash: archive.runtime(config, crash))
+    model.drain(30)  # 80 accepted: some flushed (40 records a buffer), some open
+    damage(archive)
+
+    warm = model._warm
+    with pytest.raises(DedupeIndexDamagedError, match="refused"):
+        Archiver(warm).handle(build_rabbitmq_event(messages[80:], broker_arn=BROKER_ARN, queue="orders"))
+
+    archive.clock.advance(minutes=16)
+    archive.runtime(config).writer(config.streams[0], 0).maintain()  # rebuilds, then flushes as usual
+    assert list((archive.staging_root / "orders" / "dedupe").glob("p0.sqlite.damaged-*"))
+    assert not kept_dir(archive).exists()
+
+    model.ready.extend(messages)  # the broker redelivers everything: the first 80 are duplicates
+    finish(archive, config, model, 25)
+    assert_exactly_once(archive, config, published)
+
+
+def test_a_rebuild_that_fails_still_flushes_keeping_the_segments_and_the_next_sweep_rebuilds(archive, monkeypatch):
+    config = queue_config()
+    published = publish_orders(70, seed=32, repeats=0, hours=1)
+    messages = published.messages
+    model = QueueModel(list(messages[:30]), lambda crash: archive.runtime(config, crash))
+    model.drain(30)  # 30 accepted, OPEN (below 40 records a buffer)
+    damage(archive)
+    archive.clock.advance(minutes=16)  # due by age
+
+    def unreadable(*_args, **_kwargs):
+        raise OSError("S3 is down")
+
+    monkeypatch.setattr("tidemark.writer.partition.archived_ids", unreadable)
+    outcome = archive.runtime(config).writer(config.streams[0], 0).maintain()
+    assert sum(flush.records for flush in outcome.flushes) == 30  # flushed although damaged
+    kept = sorted(path.name for path in kept_dir(archive).glob("*.seg"))
+    assert kept and not list((archive.staging_root / "orders" / "p0").glob("*.seg"))
+
+    monkeypatch.undo()
+    archive.runtime(config).writer(config.streams[0], 0).maintain()  # rebuilds, with the kept segments
+    assert not kept_dir(archive).exists()
+
+    model.ready.extend(messages)  # the first 30 come again: duplicates by the rebuilt index
+    finish(archive, config, model, 20)
+    assert_exactly_once(archive, config, published)
