@@ -173,7 +173,13 @@ class FakeLedger:
         return list(self.objects.get(hour, []))
 
     def load(self, stream: str, partition: PartitionId) -> PartitionState:
-        return self.states.get(partition, PartitionState(stream, partition))
+        """The state set for the partition, else one that has accepted (and committed) exactly
+        what its objects hold, as a real ledger's would."""
+        found = self.states.get(partition)
+        if found is not None:
+            return found
+        lasts = [obj.last for objs in self.objects.values() for obj in objs if obj.partition == partition]
+        return PartitionState(stream, partition, version=1 if lasts else 0, staged_offset=max(lasts, default=-1))
 
     def partitions(self, stream: str) -> set[PartitionId]:
         return set(self.states)

@@ -13,6 +13,14 @@ replayed.
 
 Hours still being archived are refused (``still_staged``): a replay covers what is in S3.
 
+A replay may be planned beside a live archiver and sweeper. Each partition's state is read
+*before* any object: every record it had accepted by then in the chosen hours is committed (else
+the hours are refused), so its object is among those read after. What is accepted later sits at
+higher positions and may or may not have committed by the time its hour's objects are read: the
+plan stops each partition at the position its state had reached (``reach``), and a rerun replays
+the rest -- never a plan with a hole below a position it produces, which a rerun (resuming past
+what the target holds) could not fill.
+
 The replay id names one replay: the stream, hours, source partitions, partitioner, target
 topic and whether dead letters are in. A rerun of the same command has the same id and resumes
 from what the target already holds of it; another replay into the same topic has another id and
@@ -31,11 +39,14 @@ from tidemark.buffers import ERRORS_KIND
 from tidemark.config.model import StreamConfig, TidemarkConfig
 from tidemark.formats import RenderSpec
 from tidemark.ledger.base import Ledger
-from tidemark.ledger.model import CommittedObject
+from tidemark.ledger.model import CommittedObject, PartitionState
 from tidemark.replay.exceptions import HoursNotArchivedError, ReplayError, UnreplayableFormatError
 from tidemark.sources import PartitionId, partition_sort_key
 from tidemark.verify import spec_of_key
 from tidemark.writer.stream import render_spec
+
+#: plans read again when partitions the ledger's registry did not list turn up among the objects
+PLAN_ATTEMPTS = 3
 
 #: formats whose objects do not keep the record itself (``ArchivedEnvelope``: no key/headers/offsets, or fields)
 UNREPLAYABLE = {
@@ -75,6 +86,8 @@ class ReplayPlan:
     last_hour: str
     #: source partition -> its objects, by their first position
     objects: Mapping[PartitionId, tuple[PlannedObject, ...]]
+    #: objects committed after the plan read its partition's state: beyond ``reach``, a rerun's
+    later_objects: int = 0
 
     @property
     def partitions(self) -> list[PartitionId]:
@@ -132,36 +145,50 @@ def plan_replay(
         raise ReplayError(f"--stream {stream!r}: not in the configuration") from None
     raw_spec, errors_spec = raw_and_errors_specs(stream_config)
     chosen = None if partitions is None else set(partitions)
-    found: dict[PartitionId, dict[str, PlannedObject]] = defaultdict(dict)
-    for mark in ledger.hour_marks(stream, first_hour):
-        if not first_hour <= mark.hour <= last_hour:
-            continue
-        for committed in ledger.committed_objects(stream, mark.hour):
-            if chosen is not None and committed.partition not in chosen:
+    known: set[PartitionId] = set(chosen) if chosen is not None else ledger.partitions(stream)
+    for _attempt in range(PLAN_ATTEMPTS):
+        # Before any object: each partition's state (see the module's docstring).
+        states = {partition: ledger.load(stream, partition) for partition in known}
+        staged = still_staged(states, first_hour, last_hour, dead_letters=dead_letters)
+        if staged:
+            raise HoursNotArchivedError(
+                f"hours {first_hour}..{last_hour} still have records staged, not in S3 yet ({'; '.join(staged[:5])}"
+                f"{'; ...' if len(staged) > 5 else ''}): replay them once they are (`tidemark status` shows what "
+                "waits; a quarantined flush needs `tidemark rearchive`), or choose earlier hours"
+            )
+        found: dict[PartitionId, dict[str, PlannedObject]] = defaultdict(dict)
+        for mark in ledger.hour_marks(stream, first_hour):
+            if not first_hour <= mark.hour <= last_hour:
                 continue
-            dead = committed.kind == ERRORS_KIND
-            if dead and not dead_letters:
-                continue
-            found[committed.partition][committed.key] = _planned(committed, errors_spec if dead else raw_spec)
-    objects = {
-        partition: tuple(sorted(by_key.values(), key=lambda obj: (obj.start, obj.end, obj.key)))
-        for partition, by_key in found.items()
-    }
-    wanted = chosen if chosen is not None else set(found) | ledger.partitions(stream)
-    staged = still_staged(ledger, stream, wanted, first_hour, last_hour, dead_letters=dead_letters)
-    if staged:
-        raise HoursNotArchivedError(
-            f"hours {first_hour}..{last_hour} still have records staged, not in S3 yet ({'; '.join(staged[:5])}"
-            f"{'; ...' if len(staged) > 5 else ''}): replay them once they are (`tidemark status` shows what "
-            "waits; a quarantined flush needs `tidemark rearchive`), or choose earlier hours"
-        )
-    return ReplayPlan(stream, first_hour, last_hour, objects)
+            for committed in ledger.committed_objects(stream, mark.hour):
+                if chosen is not None and committed.partition not in chosen:
+                    continue
+                dead = committed.kind == ERRORS_KIND
+                if dead and not dead_letters:
+                    continue
+                found[committed.partition][committed.key] = _planned(committed, errors_spec if dead else raw_spec)
+        if set(found) <= known:
+            break
+        known |= set(found)  # partitions the registry did not list yet: their states first, then again
+    else:
+        raise ReplayError(f"{stream}: new partitions kept appearing while the replay was planned; run it again")
+    objects: dict[PartitionId, tuple[PlannedObject, ...]] = {}
+    later = 0
+    for partition, by_key in found.items():
+        reach = (states[partition].epoch, states[partition].staged_offset)
+        ordered = sorted(by_key.values(), key=lambda obj: (obj.start, obj.end, obj.key))
+        for obj in ordered:
+            if obj.start <= reach < obj.end:  # cannot be: its records were accepted on both sides of the read
+                raise ReplayError(f"{obj.key}: committed across the plan's read of partition {partition}; run again")
+        kept = tuple(obj for obj in ordered if obj.end <= reach)
+        later += len(ordered) - len(kept)
+        if kept:
+            objects[partition] = kept
+    return ReplayPlan(stream, first_hour, last_hour, objects, later)
 
 
 def still_staged(
-    ledger: Ledger,
-    stream: str,
-    partitions: Iterable[PartitionId],
+    states: Mapping[PartitionId, PartitionState],
     first_hour: str,
     last_hour: str,
     *,
@@ -174,8 +201,8 @@ def still_staged(
     produced (its resume points are positions), and lose them; records that arrive later come at
     higher offsets and are replayed by a rerun."""
     found = []
-    for partition in sorted(partitions, key=partition_sort_key):
-        state = ledger.load(stream, partition)
+    for partition in sorted(states, key=partition_sort_key):
+        state = states[partition]
         waiting = [("open", buffer) for buffer in state.buffers.values()]
         waiting += [("sealed", flush.buffer) for flush in state.sealed.values()]
         waiting += [("quarantined", held.flush.buffer) for held in state.quarantined.values()]
