@@ -11,6 +11,7 @@ import pytest
 
 from tests.support.harness import RunOtherAt, small_config_data, staged_files
 from tests.support.queue_model import BROKER_ARN, QueueModel, publish_orders, rabbitmq_source
+from tests.support.queue_schedule import sweep_after_a_dead_archiver
 from tidemark.archiver import Archiver
 from tidemark.config import parse_config
 from tidemark.dedupe.sqlite import SqliteDedupeIndex
@@ -294,32 +295,10 @@ def test_a_sweep_that_adopts_an_archivers_accept_indexes_it_before_flushing(arch
     config = parse_config(data)
     published = publish_orders(80, seed=22, no_id=0, bad=0, repeats=0, hours=1)
     messages = published.messages
-    model = QueueModel([], lambda crash: archive.runtime(config, crash))
-
-    def handle(runtime, batch) -> None:
-        Archiver(runtime).handle(build_rabbitmq_event(batch, broker_arn=BROKER_ARN, queue="orders"))
-
-    handle(archive.runtime(config), messages[0:40])  # accepted and indexed, OPEN
-    archive.clock.advance(minutes=16)  # due by age
-
-    sweep = archive.runtime(config).writer(config.streams[0], 0)
-    ledger = sweep._ledger
-    save = ledger.save
-    ran: list[bool] = []
-
-    def save_after_an_archiver(*args, **kwargs):  # the sweep's first write, after a dead archiver's accept
-        if not ran:
-            ran.append(True)
-            with pytest.raises(SimulatedCrash):
-                handle(archive.runtime(config, CrashAt(AFTER_ACCEPT)), messages[40:80])
-        return save(*args, **kwargs)
-
-    ledger.save = save_after_an_archiver
-    try:
-        sweep.maintain()
-    finally:
-        ledger.save = save
-    assert ran
-    model.ready.extend(messages)  # both batches come again
+    model = QueueModel(list(messages[40:80]), lambda crash: archive.runtime(config, crash))
+    Archiver(archive.runtime(config)).handle(build_rabbitmq_event(messages[:40], broker_arn=BROKER_ARN, queue="orders"))
+    archive.clock.advance(minutes=16)  # accepted and indexed, OPEN; due by age
+    assert sweep_after_a_dead_archiver(archive, config, model, 40)
+    model.ready.extend(messages[:40])  # the first batch comes again too (its ack was lost)
     finish(archive, config, model, 40)
     assert_exactly_once(archive, config, published)

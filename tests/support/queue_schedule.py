@@ -89,7 +89,7 @@ def run_schedule(archive: Any, seed: int, *, steps: int = 14, messages: int = 16
             inner = rng.randint(1, 60)
             model.deliver(size, RunOtherAt(point, lambda inner=inner: model.deliver(inner)))
         elif step == "adopt":
-            _sweep_after_a_dead_archiver(archive, config, model, size)
+            sweep_after_a_dead_archiver(archive, config, model, size)
         else:
             archive.clock.advance(minutes=rng.randint(1, 20))
 
@@ -111,17 +111,20 @@ def run_schedule(archive: Any, seed: int, *, steps: int = 14, messages: int = 16
     )
 
 
-def _sweep_after_a_dead_archiver(archive: Any, config: TidemarkConfig, model: QueueModel, size: int) -> None:
+def sweep_after_a_dead_archiver(archive: Any, config: TidemarkConfig, model: QueueModel, size: int) -> bool:
     """A sweep whose first ledger write comes after a cold archiver accepted ``size`` messages
-    and died before indexing them (there is no crash point in that window: the ledger's ``save``
-    is wrapped once)."""
+    (the model's next) and died before indexing them (there is no crash point in that window: the
+    ledger's ``save`` is wrapped once). ``True`` if that archiver ran and died there."""
     sweeper = archive.runtime(config).writer(config.streams[0], 0)
     ledger = sweeper._ledger
     save = ledger.save
+    died: list[bool] = []
 
     def save_after_an_archiver(*args: Any, **kwargs: Any) -> Any:
         ledger.save = save
+        crashes = model.crashes
         model.deliver(size, CrashAt(AFTER_ACCEPT))
+        died.append(model.crashes > crashes)
         return save(*args, **kwargs)
 
     ledger.save = save_after_an_archiver
@@ -129,3 +132,4 @@ def _sweep_after_a_dead_archiver(archive: Any, config: TidemarkConfig, model: Qu
         sweeper.maintain()
     finally:
         ledger.save = save
+    return died == [True]

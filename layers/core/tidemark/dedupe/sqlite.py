@@ -26,6 +26,7 @@ from pathlib import Path
 
 from tidemark.dedupe.base import DedupeIndex
 from tidemark.dedupe.exceptions import DedupeIndexDamagedError, DedupeIndexUnavailableError
+from tidemark.staging.store import fsync_dir
 
 BUSY_TIMEOUT_S = 30.0
 CACHE_KIB = 16 * 1024  # pages kept between invocations of a warm container (SQLite's default: 2 MiB)
@@ -175,7 +176,7 @@ class SqliteDedupeIndex(DedupeIndex):
                     kept = str(self.path.with_name(f"{self.path.name}.damaged-{time.time_ns()}"))
                     os.replace(self.path, kept)
                 os.replace(fresh, self.path)
-                _fsync_dir(self.path.parent)
+                fsync_dir(self.path.parent)
             except (OSError, sqlite3.Error) as exc:
                 raise DedupeIndexUnavailableError(f"dedupe index {self.path}: rebuild failed: {exc}") from None
             return kept
@@ -185,11 +186,3 @@ class SqliteDedupeIndex(DedupeIndex):
             if self._connection is not None:
                 self._connection.close()
                 self._connection = None
-
-
-def _fsync_dir(directory: Path) -> None:
-    descriptor = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)

@@ -184,7 +184,7 @@ class SegmentStore:
         directory = self.partition_dir(stream, partition)
         if not directory.is_dir():
             directory.mkdir(parents=True, exist_ok=True)
-            _fsync_dir(directory.parent)
+            fsync_dir(directory.parent)
         refs: list[SegmentRef] = []
         descriptors: list[int] = []
         pending: list[Future[None]] = []
@@ -286,7 +286,7 @@ class SegmentStore:
             directory.rmdir()
         except OSError:  # missing, or not empty
             return False
-        _fsync_dir(directory.parent)
+        fsync_dir(directory.parent)
         return True
 
     # -- segments kept for a rebuild of a queue's dedupe index ---------------------------------
@@ -309,7 +309,7 @@ class SegmentStore:
             os.replace(self.partition_dir(stream, partition) / ref.name, kept / ref.name)
         except FileNotFoundError:
             return  # (already kept: a flush resumed after a crash here)
-        _fsync_dir(kept)
+        fsync_dir(kept)
 
     def kept(self, stream: str, partition: PartitionId) -> list[SegmentRef]:
         """The segments ``keep`` moved aside and still there, as the ledger recorded them."""
@@ -363,7 +363,7 @@ def _create(directory: Path, name: str) -> int:
         return os.open(directory / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
     except FileNotFoundError:  # the sweeper removed the (then empty) directory just now
         directory.mkdir(parents=True, exist_ok=True)
-        _fsync_dir(directory.parent)
+        fsync_dir(directory.parent)
         return os.open(directory / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
 
 
@@ -428,7 +428,8 @@ KEPT = "kept"
 KEPT_REFS = "refs"
 
 
-def _fsync_dir(directory: Path) -> None:
+def fsync_dir(directory: Path) -> None:
+    """Make a directory's entries durable (a create, rename or unlink in it)."""
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)
