@@ -7,11 +7,16 @@ import json
 
 import pytest
 import typer.main
+import yaml
 
 from tests.e2e.test_demo import tidemark
-from tests.support.harness import EsmModel, finish, small_config
-from tests.support.workload import make_orders
+from tests.support.audit import committed, dense, erase
+from tests.support.harness import EsmModel, finish, small_config, small_config_data
+from tests.support.kafka import new_topic, produce_records
+from tests.support.workload import BASE_MS, HOUR_MS, make_orders
 from tidemark.cli.app import app
+from tidemark.config import parse_config
+from tidemark.embedded.workload import recreate_topic
 
 CONFIG = "config/tidemark.yaml"
 
@@ -125,3 +130,76 @@ def test_kafka_client_settings_come_from_a_properties_file(whole, kafka_bootstra
     assert "Kafka client settings" in refused.stderr and "no.such.property" in refused.stderr
     malformed = tidemark(*args, "--kafka-config", broken)
     assert malformed.returncode == 2 and f"{broken}:2: expected key=value, got 'sasl.mechanism'" in malformed.stderr
+
+
+def test_erased_epoch_ends_and_a_whole_partition_fail_the_audit_with_the_kafka_probe(
+    archive, kafka_bootstrap, tmp_path
+):
+    """Issue 29, finding 2, as reported: two partitions, the topic recreated, epoch 1 from offset
+    0; erased (object and ledger item): the head of partition 0's epoch 1 (still in Kafka), the
+    tail of its epoch 0, and every object of partition 1. Each is a gap, partition 1 included."""
+    topic = new_topic(kafka_bootstrap, 2, "audit")
+    data = small_config_data(topic=topic, max_records=20)
+    config_file = tmp_path / "tidemark.yaml"
+    config_file.write_text(yaml.safe_dump(data))
+    config = parse_config(data)
+    for epoch, seed in enumerate((1, 2)):
+        if epoch:
+            recreate_topic(kafka_bootstrap, topic, 2)
+            for partition in (0, 1):
+                archive.runtime(config).writer(config.streams[0], partition).start_epoch(0, reason="recreated")
+        workload = dense(partitions=2, per_partition=100, seed=seed, base_ms=BASE_MS + 2 * epoch * HOUR_MS, topic=topic)
+        for records in workload.records.values():
+            assert produce_records(kafka_bootstrap, records) == list(range(100))
+        finish(archive, config, EsmModel(workload, lambda crash: archive.runtime(config, crash)), 10)
+    objects = committed(archive.runtime(config).ledger)
+    victims = [obj for obj in objects if obj.partition == 1 or (obj.partition, obj.epoch, obj.first) == (0, 1, 0)]
+    victims += [obj for obj in objects if (obj.partition, obj.epoch, obj.last) == (0, 0, 99)]
+    assert sum(obj.records for obj in victims if obj.partition == 1) == 200
+    for obj in victims:
+        erase(archive, obj)
+
+    done = tidemark(
+        "audit", "--stream", "orders", "--config", config_file, *where(archive), "--bootstrap-servers", kafka_bootstrap
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    found = [line for line in done.stdout.splitlines() if line.startswith("gap: ")]
+    assert [line.split(":")[1] for line in found] == [
+        " partition 0, offsets 80..99",
+        " partition 0 epoch 1, offsets 0..19",
+        " partition 1, offsets 0..99",
+        " partition 1 epoch 1, offsets 0..99",
+    ], done.stdout
+    assert found[1].endswith("the source still holds 20 records here")
+    assert found[3].endswith("the source still holds 100 records here")
+    assert "  partition 1 epoch 1: no object" in done.stdout
+    assert done.stdout.splitlines()[-1] == "4 findings"
+
+
+def test_what_could_not_be_checked_is_named_and_never_called_clean(archive):
+    """A ledger state from before the first accepted offset was kept, its partition's first
+    object erased: no finding (exit 0), but a ``not checked`` line and no ``clean``."""
+    whole, config = archive, small_config()
+    finish(
+        archive, config, EsmModel(dense(partitions=1, per_partition=120, seed=5), lambda c: archive.runtime(config, c))
+    )
+    key = {"pk": {"S": "PART#orders#0"}, "sk": {"S": "STATE"}}
+    item = whole.dynamodb.get_item(TableName=whole.table, Key=key, ConsistentRead=True)["Item"]
+    del item["first_accepted"]
+    whole.dynamodb.put_item(TableName=whole.table, Item=item)
+    first = committed(whole.runtime(config).ledger)[0]
+    assert (first.partition, first.first) == (0, 0)
+    erase(whole, first)
+
+    done = tidemark("audit", "--stream", "orders", "--config", CONFIG, *where(whole))
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert [line for line in lines if line.startswith("not checked: ")] == [
+        f"not checked: partition 0, offsets ..{first.last}: the ledger's first accepted offset is not known "
+        "(a state item written before it was kept)"
+    ]
+    assert lines[-1] == "no findings, but not proven whole: 1 range not checked (above)"
+    report = json.loads(tidemark("audit", "--stream", "orders", "--config", CONFIG, *where(whole), "--json").stdout)
+    assert (report["clean"], report["complete"], len(report["unchecked"])) == (True, False, 1)
+    hours = tidemark("audit", "--stream", "orders", "--config", CONFIG, *where(whole), "--from", first.hour)
+    assert hours.returncode == 0 and hours.stdout.splitlines()[-1].endswith("(gaps not checked)")

@@ -38,6 +38,9 @@ class Probe:
         self.asked.append((partition, first, last))
         return self.held
 
+    def partitions(self) -> list[int]:
+        return [0]
+
 
 def archived(archive, *, kind: str = "kafka", partitions: int = 2) -> tuple[TidemarkConfig, EsmModel]:
     config = small_config(kind=kind)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import zlib
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
@@ -86,6 +87,7 @@ def test_state_to_item_shape() -> None:
         "open_buffers": 1,
         "sealed_flushes": 1,
         "quarantined_flushes": 0,
+        "first_accepted": 100,
     }
     assert body == {
         "next_seq": 3,
@@ -175,7 +177,15 @@ def test_state_from_item_reads_decimals_as_ints() -> None:
             )
         },
         sealed={},
+        first_accepted=None,  # an item from before it was kept: not known (never taken for "none yet")
     )
+
+
+def test_a_first_accepted_offset_not_known_stays_not_known() -> None:
+    state = replace(busy_state(), first_accepted=None)
+    item = state_to_item(state)
+    assert "first_accepted" not in item
+    assert state_from_item(_deserialize(_serialize(item))) == state
 
 
 def test_busy_state_item_stays_small() -> None:
@@ -289,6 +299,7 @@ def test_kinesis_state_item_stores_wide_positions_as_text() -> None:
         "open_buffers": 1,
         "sealed_flushes": 1,
         "quarantined_flushes": 1,
+        "first_accepted": -1,  # the state began in epoch 1: epoch 0 accepted nothing
     }
     assert body["fingerprints"] == [
         [str(SEQ - 1), 7],

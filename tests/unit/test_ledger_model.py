@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import MappingProxyType
 
 import pytest
@@ -44,6 +45,7 @@ def test_accept_opens_buffers_per_kind_and_hour() -> None:
         staged_offset=6,
         next_seq=4,
         updated_ms=T0,
+        first_accepted=0,
         buffers={
             "raw/2025-11-21T08": OpenBuffer(RAW_08, 1, T0, T0, (seg(0, 4),)),
             "raw/2025-11-21T07": OpenBuffer(RAW_07, 2, T0, T0, (seg(5, 5),)),
@@ -118,6 +120,7 @@ def test_seal_freezes_buffers_with_their_object_keys() -> None:
         staged_offset=5,
         next_seq=3,
         updated_ms=T0 + 10,
+        first_accepted=0,
         buffers={"errors/2025-11-21T08": OpenBuffer(ERR_08, 2, T0, T0, (seg(5, 5),))},
         sealed={"raw/2025-11-21T08#1": SealedFlush(raw_buffer, "key-raw-2025-11-21T08-0-4", "max_records", T0 + 10)},
     )
@@ -182,6 +185,7 @@ def test_commit_forgets_the_sealed_flush() -> None:
         staged_offset=10,
         next_seq=3,
         updated_ms=T0 + 2,
+        first_accepted=0,
         buffers={},
         sealed={"raw/2025-11-21T07#2": state.sealed["raw/2025-11-21T07#2"]},
     )
@@ -289,3 +293,20 @@ def test_holds_hour_and_idle_see_open_and_sealed_buffers() -> None:
 def test_hour_mark_states(commits: int, manifest: int, complete: bool, reopened: bool) -> None:
     mark = HourMark("orders", "2025-11-21T08", commits=commits, manifest_commits=manifest)
     assert (mark.complete, mark.reopened) == (complete, reopened)
+
+
+def test_the_first_accept_of_epoch_0_keeps_where_the_archive_begins() -> None:
+    """``first_accepted``: the lowest position of the first accept that staged a segment, in
+    epoch 0 only, never moved after (the audit tiles epoch 0 from it); -1 until then."""
+    nothing = PartitionState("orders", 0).accept([], 41, T0)
+    assert nothing.first_accepted == -1  # no record staged: the archive has not begun
+    state = nothing.accept([(RAW_08, seg(50, 59)), (RAW_07, seg(42, 49))], 59, T0)
+    assert state.first_accepted == 42
+    state = state.accept([(RAW_08, seg(60, 69))], 69, T0)
+    started, _record = state.start_epoch(0, "", "topic recreated", key_of, T0)
+    assert started.first_accepted == 42  # epoch 0's, kept: a later epoch begins at its EpochStart
+    assert started.accept([(RAW_08, seg(0, 9))], 9, T0).first_accepted == 42
+    fresh, _record = PartitionState("orders", 0).start_epoch(5, "", "moved", key_of, T0)
+    assert fresh.accept([(RAW_08, seg(5, 9))], 9, T0).first_accepted == -1  # epoch 0 accepted nothing
+    unknown = replace(state, first_accepted=None)  # a state item written before it was kept
+    assert unknown.accept([(RAW_08, seg(70, 79))], 79, T0).first_accepted is None

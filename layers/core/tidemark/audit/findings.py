@@ -58,6 +58,30 @@ class Finding:
         return f"{text}: {self.detail}" if self.detail else text
 
 
+@dataclass(frozen=True, slots=True)
+class Unchecked:
+    """Positions the audit could not prove archived or missing, and why: no finding, but no proof
+    either (an audit with any of these is not "clean", whatever its exit code)."""
+
+    partition: PartitionId
+    epoch: int
+    first: int | None  # None: from wherever the positions begin
+    last: int | None  # None: up to wherever they end
+    reason: str
+
+    def line(self) -> str:
+        where = f"partition {self.partition}" + (f" epoch {self.epoch}" if self.epoch else "")
+        if self.first is None and self.last is None:
+            positions = "every offset"
+        elif self.first is None:
+            positions = f"offsets ..{self.last}"
+        elif self.last is None:
+            positions = f"offsets {self.first}.."
+        else:
+            positions = f"offset {self.first}" if self.first == self.last else f"offsets {self.first}..{self.last}"
+        return f"not checked: {where}, {positions}: {self.reason}"
+
+
 @dataclass
 class PartitionSummary:
     """What the audit established for one partition (and position epoch)."""
@@ -69,9 +93,10 @@ class PartitionSummary:
     first: int | None = None  # lowest position archived
     last: int | None = None  # highest position archived
     staged_offset: int | None = None  # the ledger's (current epoch only)
-    checked_through: int | None = None  # positions up to here were checked for gaps
+    checked_from: int | None = None  # positions from here ...
+    checked_through: int | None = None  # ... up to here were checked for gaps (the ledger's bounds)
     gaps_explained: int = 0  # gaps the source holds no records in (transaction markers, compaction)
-    positions_known: bool = True  # False: a format that keeps no positions (text): counts only
+    positions_known: bool = True  # False: objects of a format that keeps no positions (text): counted
 
 
 @dataclass
@@ -86,12 +111,20 @@ class AuditReport:
     gaps_against_source: bool = False  # gaps were checked against the source's own log
     partitions: list[PartitionSummary] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
+    unchecked: list[Unchecked] = field(default_factory=list)  # what could be neither proven nor faulted
 
     @property
     def clean(self) -> bool:
+        """No finding (exit code 0). Proven whole only if also ``complete``."""
         return not self.findings
+
+    @property
+    def complete(self) -> bool:
+        """Every position of every epoch the ledger knows was checked: gaps too, nothing left unchecked."""
+        return self.gaps_checked and not self.unchecked
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["clean"] = self.clean
+        data["complete"] = self.complete
         return data

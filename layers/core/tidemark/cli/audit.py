@@ -1,7 +1,8 @@
 """``tidemark audit``: prove a stream's archive whole, or name what is wrong with it.
 
-Exit code 0: clean; 1: findings (each on its own line: kind, partition, offsets, object key);
-2: the audit could not run.
+Exit code 0: no findings; 1: findings (each on its own line: kind, partition, offsets, object key);
+2: the audit could not run. The last line says ``clean`` only when every position the ledger
+knows was checked; otherwise it says what was not (each range on a ``not checked:`` line).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Annotated
 import typer
 
 from tidemark.audit import Auditor, AuditReport
+from tidemark.audit.findings import GAP
 from tidemark.cli.errors import EXIT_FAILED, one_line_errors, progress
 from tidemark.cli.target import (
     DEFAULT_CONFIG,
@@ -84,19 +86,43 @@ def audit(
 def _print(report: AuditReport) -> None:
     hours = f"{report.first_hour or 'first'}..{report.last_hour or 'last'}"
     print(f"stream {report.stream}, hours {hours}: {report.objects} objects, {report.records} records")
+    gapped = {(finding.partition, finding.epoch) for finding in report.findings if finding.kind == GAP}
     for summary in report.partitions:
         where = f"  partition {summary.partition}" + (f" epoch {summary.epoch}" if summary.epoch else "")
-        if not summary.positions_known:
-            print(f"{where}: {summary.objects} objects, positions not kept by the format (counts checked)")
+        checked = summary.checked_from is not None and summary.checked_through is not None
+        if summary.objects == 0:
+            accepted = f", offsets {summary.checked_from}..{summary.checked_through} accepted" if checked else ""
+            print(f"{where}: no object{accepted}")
             continue
         if summary.first is None:
             print(f"{where}: no object of it could be read")
             continue
-        through = f", no gap through {summary.checked_through}" if summary.checked_through is not None else ""
+        counted = "" if summary.positions_known else " (some keep no positions: counted)"
+        through = ""
+        if checked:
+            verdict = "checked" if (summary.partition, summary.epoch) in gapped else "no gap"
+            through = f", {verdict} {summary.checked_from}..{summary.checked_through}"
+            if summary.checked_from == summary.first:
+                through = f", {verdict} through {summary.checked_through}"
         explained = f" ({summary.gaps_explained} gaps Kafka holds no records in)" if summary.gaps_explained else ""
-        print(f"{where}: offsets {summary.first}..{summary.last} in {summary.objects} objects{through}{explained}")
+        held = f"offsets {summary.first}..{summary.last} in {summary.objects} objects{counted}"
+        print(f"{where}: {held}{through}{explained}")
     if not report.gaps_checked:
         print("gaps: not checked (an hour range was given; records of one offset range span hours)")
+    for unchecked in report.unchecked:
+        print(unchecked.line())
     for finding in report.findings:
         print(finding.line())
-    print("clean" if report.clean else f"{len(report.findings)} findings")
+    print(_verdict(report))
+
+
+def _verdict(report: AuditReport) -> str:
+    """The last line: ``clean`` only when every position was checked and nothing found."""
+    ranges = f"{len(report.unchecked)} range{'' if len(report.unchecked) == 1 else 's'} not checked"
+    if report.findings:
+        return f"{len(report.findings)} findings" + (f"; {ranges}" if report.unchecked else "")
+    if not report.gaps_checked:
+        return "no findings in the objects of these hours (gaps not checked)"
+    if report.unchecked:
+        return f"no findings, but not proven whole: {ranges} (above)"
+    return "clean"

@@ -200,7 +200,7 @@ def state_to_item(state: PartitionState) -> dict[str, Any]:
             for flush_id, held in state.quarantined.items()
         },
     }
-    return {
+    item: dict[str, Any] = {
         "pk": state_pk(state.stream, state.partition),
         "sk": STATE_SK,
         "stream": state.stream,
@@ -216,6 +216,9 @@ def state_to_item(state: PartitionState) -> dict[str, Any]:
         "quarantined_flushes": len(state.quarantined),
         "body": zlib.compress(orjson.dumps(body), _BODY_LEVEL),
     }
+    if state.first_accepted is not None:  # not known: left out, so that it stays not known
+        item["first_accepted"] = _item_position(state.first_accepted)
+    return item
 
 
 def state_from_item(item: dict[str, Any]) -> PartitionState:
@@ -230,6 +233,7 @@ def state_from_item(item: dict[str, Any]) -> PartitionState:
         watermark_ms=int(item.get("watermark_ms", -1)),
         epoch=int(item.get("epoch", 0)),
         source=item.get("source", ""),
+        first_accepted=int(item["first_accepted"]) if "first_accepted" in item else None,  # None: an older item
         fingerprints=tuple((int(offset), int(crc)) for offset, crc in body.get("fingerprints", ())),
         buffers={key: _buffer_from(raw) for key, raw in body["buffers"].items()},
         sealed={flush_id: _sealed_from(raw) for flush_id, raw in body["sealed"].items()},

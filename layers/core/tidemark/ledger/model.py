@@ -185,6 +185,10 @@ class PartitionState:
     buffers: Mapping[str, OpenBuffer] = field(default_factory=dict)  # by str(BufferKey)
     sealed: Mapping[str, SealedFlush] = field(default_factory=dict)  # by flush id
     quarantined: Mapping[str, QuarantinedFlush] = field(default_factory=dict)  # by flush id
+    # The first position accepted in epoch 0: where the archive begins (the audit tiles epoch 0 from
+    # here; a later epoch from its ``EpochStart.first_offset``). -1: nothing accepted in epoch 0
+    # yet; None: not known (an item written before it was kept -- it stays unknown).
+    first_accepted: int | None = -1
 
     # -- transitions ------------------------------------------------------------------------
 
@@ -204,15 +208,18 @@ class PartitionState:
         can be appended to. ``event_ms`` is the
         latest event time among the new raw records: the partition's watermark only grows.
         ``source`` is adopted when the state has none yet; ``fingerprints`` of the new records join
-        the recent window (the oldest drop out)."""
+        the recent window (the oldest drop out). The first accept of epoch 0 that stages a segment
+        keeps its lowest position as ``first_accepted``."""
         if source and self.source and source != self.source:
             raise InvalidTransitionError(f"source {source!r} is not the epoch's source {self.source!r}")
         if staged_offset <= self.staged_offset:
             raise InvalidTransitionError(f"staged offset must grow: {staged_offset} <= {self.staged_offset}")
         buffers = dict(self.buffers)
         next_seq = self.next_seq
+        lowest: int | None = None
         spec_of = spec if callable(spec) else lambda _key: spec
         for key, segment in segments:
+            lowest = segment.first if lowest is None else min(lowest, segment.first)
             if segment.first <= self.staged_offset or segment.last > staged_offset:
                 raise InvalidTransitionError(
                     f"segment {segment.name} ({segment.first}..{segment.last}) outside "
@@ -226,6 +233,9 @@ class PartitionState:
                 raise InvalidTransitionError(f"buffer {key} was staged under another format; seal it first")
             else:
                 buffers[str(key)] = replace(current, appended_ms=now_ms, segments=(*current.segments, segment))
+        first_accepted = self.first_accepted
+        if self.epoch == 0 and first_accepted == -1 and lowest is not None:  # the archive begins here
+            first_accepted = lowest
         return replace(
             self,
             version=self.version + 1,
@@ -236,6 +246,7 @@ class PartitionState:
             source=self.source or source or "",
             fingerprints=(*self.fingerprints, *fingerprints)[-FINGERPRINT_WINDOW:],
             buffers=_frozen(buffers),  # type: ignore[arg-type]
+            first_accepted=first_accepted,
         )
 
     def start_epoch(
