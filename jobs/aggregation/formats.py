@@ -45,12 +45,18 @@ csv         ``pyarrow.csv``, every cell text; the partition and position columns
             as jsonl) when the object has one, else from its ``value.<path>`` columns
             (:func:`jobs.aggregation.values.infer_text` types them,
             :func:`jobs.aggregation.values.nest_paths` nests ``a.b`` into ``a``)
-bytes       ``tidemark.formats.bytes``' reader (version 1 for Kafka, 2 for Kinesis), values as
-            JSON text
+bytes       ``tidemark.formats.bytes``' reader (version 3 for Kafka -- 1 before tombstones were
+            archived --, 2 for Kinesis), values as JSON text
 text        refused: it keeps no positions (the configuration refuses aggregations for it)
 =========== ================================================================================
 
 gzip and zstd (``zstandard``) are undone before the line formats are read.
+
+Tombstones (Kafka records whose value is null: a compacted topic's or a CDC delete) have no
+value to aggregate, so every reader skips them: a JSON Lines line marked ``"tombstone":true``, a
+null ``value`` in Parquet, Avro, CSV (an empty unquoted cell) and bytes objects. A CSV object
+without a ``value`` column cannot tell a tombstone from a record lacking every field: there it
+is a row of nulls, as such a record is.
 """
 
 from __future__ import annotations
@@ -71,6 +77,7 @@ from tidemark import formats
 from tidemark.eventtime import iso_utc
 from tidemark.formats.base import ArchivedEnvelope, RenderContext
 from tidemark.formats.compression import decompress
+from tidemark.formats.jsonl import TOMBSTONE_FIELD
 from tidemark.sources import KAFKA, SEQUENCE_NUMBER, SHARD_ID, PartitionId, shape_of
 
 
@@ -147,6 +154,7 @@ _KINESIS_HEAD = re.compile(
 )
 _VALUE = b',"value":'
 _HEADERS = b',"headers":['
+_NULL = b"null"
 
 
 def split_envelope(line: bytes) -> tuple[int, int, str, bytes]:
@@ -184,8 +192,18 @@ _SPLITTERS: dict[bool, Callable[[bytes], tuple[PartitionId, int | str, str, byte
 }
 
 
-def read_jsonl(data: bytes, limit: int | None = None, *, source: str = KAFKA) -> Envelopes:
-    """The envelopes of uncompressed JSON Lines (the first ``limit`` records, if given)."""
+def is_tombstone_line(line: bytes, value: bytes) -> bool:
+    """Whether a Kafka line (whose value ``split_envelope`` gave) is a tombstone's: its value
+    ``null`` and the marker after its headers (a value's own ``"tombstone"`` field is before
+    them; the headers, JSON strings, cannot hold an unescaped quote)."""
+    return value == _NULL and TOMBSTONE_FIELD in line[line.rfind(_HEADERS) :]
+
+
+def read_jsonl(
+    data: bytes, limit: int | None = None, *, source: str = KAFKA, run: pa.Schema | None = None
+) -> Envelopes:
+    """The envelopes of uncompressed JSON Lines (the first ``limit`` records, if given), without
+    its tombstones (``limit`` counts lines, tombstones included)."""
     split = _SPLITTERS[shape_of(source).envelope.position_is_text]
     partitions: list[PartitionId] = []
     offsets: list[int | str] = []
@@ -195,11 +213,13 @@ def read_jsonl(data: bytes, limit: int | None = None, *, source: str = KAFKA) ->
         if not line:
             continue
         partition, offset, event_time, value = split(line)
+        if value == _NULL and is_tombstone_line(line, value):
+            continue
         partitions.append(partition)
         offsets.append(offset)
         times.append(event_time)
         values.append(value)
-    return _envelopes(partitions, offsets, times, parse_values(values), source)
+    return _envelopes(partitions, offsets, times, parse_values(values, run), source)
 
 
 # -- Parquet -------------------------------------------------------------------------------------
@@ -216,16 +236,18 @@ def iso_of_timestamps(column: pa.Array | pa.ChunkedArray) -> pa.Array:
     return pc.strftime(naive, format="%Y-%m-%dT%H:%M:%SZ")
 
 
-def value_fields(column: pa.Array | pa.ChunkedArray) -> pa.Table:
+def value_fields(column: pa.Array | pa.ChunkedArray, run: pa.Schema | None = None) -> pa.Table:
     """A ``value`` column's fields: a struct flattened, JSON text parsed."""
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
     if pa.types.is_struct(column.type):
         return pa.Table.from_arrays(column.flatten(), names=[field.name for field in column.type])
-    return parse_values(column)
+    return parse_values(column, run)
 
 
-def read_parquet(body: bytes, limit: int | None = None, *, source: str = KAFKA) -> Envelopes:
+def read_parquet(
+    body: bytes, limit: int | None = None, *, source: str = KAFKA, run: pa.Schema | None = None
+) -> Envelopes:
     import pyarrow.parquet as pq
 
     names = shape_of(source).envelope
@@ -242,6 +264,8 @@ def read_parquet(body: bytes, limit: int | None = None, *, source: str = KAFKA) 
             table = pa.Table.from_batches([first]) if first is not None else parquet.schema_arrow.empty_table()
     except (pa.ArrowInvalid, KeyError) as exc:
         raise EnvelopeError(f"not an archive Parquet object: {exc}") from None
+    if table.column("value").null_count:  # tombstones: nothing to aggregate
+        table = table.filter(pc.is_valid(table.column("value")))
     partitions = table.column(names.partition).combine_chunks()
     offsets = table.column(names.position).combine_chunks()
     if not names.position_is_text:
@@ -250,7 +274,7 @@ def read_parquet(body: bytes, limit: int | None = None, *, source: str = KAFKA) 
         partitions,
         offsets,
         iso_of_timestamps(table.column("event_time")),
-        value_fields(table.column("value")),
+        value_fields(table.column("value"), run),
         source,
     )
 
@@ -273,6 +297,8 @@ def _avro_value_record(schema: Any) -> list[tuple[str, pa.DataType]] | None:
     """The fields of the writer schema's ``value`` when it is a record (a declared value
     schema), None when it is a string or bytes."""
     value = next((field["type"] for field in schema["fields"] if field["name"] == "value"), None)
+    if isinstance(value, list):  # ["null", T]: nullable for tombstones
+        value = next((part for part in value if part != "null"), None)
     if not isinstance(value, dict) or value.get("type") != "record":
         return None
     fields = []
@@ -290,7 +316,7 @@ def _ms(event_time: Any) -> int:
     return (event_time - _EPOCH) // _MILLISECOND if isinstance(event_time, datetime) else int(event_time)
 
 
-def read_avro(body: bytes, limit: int | None = None, *, source: str = KAFKA) -> Envelopes:
+def read_avro(body: bytes, limit: int | None = None, *, source: str = KAFKA, run: pa.Schema | None = None) -> Envelopes:
     import fastavro
 
     import tidemark.formats.avro  # noqa: F401  (registers the zstandard codec it writes with)
@@ -304,9 +330,10 @@ def read_avro(body: bytes, limit: int | None = None, *, source: str = KAFKA) -> 
         missing = [name for name in (names.partition, names.position, "event_time", "value") if name not in fields]
         if missing:
             raise KeyError(f"no {missing} fields (a {shape_of(source).kind} object has them)")
-        records: list[Any] = list(islice(reader, limit))
+        read: list[Any] = list(islice(reader, limit))
     except (ValueError, KeyError, EOFError) as exc:
         raise EnvelopeError(f"not an archive Avro object: {exc}") from None
+    records = [record for record in read if record["value"] is not None]  # tombstones: nothing to aggregate
     values: pa.Table
     if typed is not None:
         values = pa.Table.from_arrays(
@@ -315,7 +342,8 @@ def read_avro(body: bytes, limit: int | None = None, *, source: str = KAFKA) -> 
         )
     else:
         items = [record["value"] for record in records]
-        values = parse_values(pa.array(items, pa.binary() if items and isinstance(items[0], bytes) else pa.string()))
+        texts = pa.array(items, pa.binary() if items and isinstance(items[0], bytes) else pa.string())
+        values = parse_values(texts, run)
     return _envelopes(
         [record[names.partition] for record in records],
         [record[names.position] for record in records],
@@ -352,11 +380,11 @@ def _position_column(table: pa.Table, name: str, kind: pa.DataType) -> pa.Array:
         raise EnvelopeError(f"CSV column {name!r} is not integers: {exc}") from None
 
 
-def csv_values(table: pa.Table) -> pa.Table:
+def csv_values(table: pa.Table, run: pa.Schema | None = None) -> pa.Table:
     """The value's fields of a CSV table: from ``value`` (JSON) when present, else from the
     ``value.<path>`` columns, typed by their text and nested by their paths."""
     if "value" in table.column_names:
-        return parse_values(table.column("value"))
+        return parse_values(table.column("value"), run)
     paths = {
         name[len(VALUE_PREFIX) :]: infer_text(table.column(name))
         for name in table.column_names
@@ -365,12 +393,14 @@ def csv_values(table: pa.Table) -> pa.Table:
     return nest_paths(paths)
 
 
-def read_csv(data: bytes, limit: int | None = None, *, source: str = KAFKA) -> Envelopes:
+def read_csv(data: bytes, limit: int | None = None, *, source: str = KAFKA, run: pa.Schema | None = None) -> Envelopes:
     names = shape_of(source).envelope
     partition_type, offset_type = position_types(source)
     table = csv_table(data)
     if limit is not None:
         table = table.slice(0, limit)
+    if "value" in table.column_names and table.column("value").null_count:  # tombstones
+        table = table.filter(pc.is_valid(table.column("value")))
     times = (
         table.column("event_time").combine_chunks().cast(pa.string())
         if "event_time" in table.column_names
@@ -380,7 +410,7 @@ def read_csv(data: bytes, limit: int | None = None, *, source: str = KAFKA) -> E
         _position_column(table, names.partition, partition_type),
         _position_column(table, names.position, offset_type),
         times,
-        csv_values(table),
+        csv_values(table, run),
         source,
     )
 
@@ -388,17 +418,19 @@ def read_csv(data: bytes, limit: int | None = None, *, source: str = KAFKA) -> E
 # -- bytes ---------------------------------------------------------------------------------------
 
 
-def read_bytes(body: bytes, codec: str, limit: int | None = None, *, source: str = KAFKA) -> Envelopes:
-    from tidemark.formats.bytes import TEXT_POSITIONS_VERSION, VERSION, BytesFormat
+def read_bytes(
+    body: bytes, codec: str, limit: int | None = None, *, source: str = KAFKA, run: pa.Schema | None = None
+) -> Envelopes:
+    from tidemark.formats.bytes import TEXT_POSITIONS_VERSION, VERSIONS, BytesFormat
 
     text = shape_of(source).envelope.position_is_text
     data = uncompressed(body, codec)
     version = int.from_bytes(data[4:6], "big") if len(data) >= 6 else None
-    if version in (VERSION, TEXT_POSITIONS_VERSION) and (version == TEXT_POSITIONS_VERSION) != text:
+    if version in VERSIONS and (version == TEXT_POSITIONS_VERSION) != text:
         raise EnvelopeError(f"a version {version} bytes object is not a {shape_of(source).kind} object")
     envelopes: Iterator[ArchivedEnvelope] = BytesFormat("none").read(data, RenderContext(topic="", partition=0))
     try:
-        records = list(islice(envelopes, limit))
+        records = [record for record in islice(envelopes, limit) if not record.tombstone]
     except ValueError as exc:
         raise EnvelopeError(f"not an archive bytes object: {exc}") from None
     return _envelopes(
@@ -407,7 +439,7 @@ def read_bytes(body: bytes, codec: str, limit: int | None = None, *, source: str
         if text
         else [record.offset for record in records],
         [None if record.event_time_ms is None else iso_utc(record.event_time_ms) for record in records],
-        parse_values(pa.array([record.value for record in records], pa.binary())),
+        parse_values(pa.array([record.value for record in records], pa.binary()), run),
         source,
     )
 
@@ -428,19 +460,23 @@ def uncompressed(body: bytes, codec: str) -> bytes:
         raise EnvelopeError(f"cannot decompress a {codec} object: {exc}") from None
 
 
-def read_envelopes(key: str, body: bytes, limit: int | None = None, *, source: str = KAFKA) -> Envelopes:
+def read_envelopes(
+    key: str, body: bytes, limit: int | None = None, *, source: str = KAFKA, run: pa.Schema | None = None
+) -> Envelopes:
     """The envelopes of the object stored under ``key`` (its first ``limit`` records, if given),
-    an object of a ``source`` kind stream (``kafka``/``msk``, or ``kinesis``)."""
+    an object of a ``source`` kind stream (``kafka``/``msk``, or ``kinesis``); ``run``, the
+    run's value schema, says which fields are text (their numbers then kept as their JSON
+    tokens)."""
     kind = kind_of_key(key)
     if kind.format == "parquet":
-        return read_parquet(body, limit, source=source)
+        return read_parquet(body, limit, source=source, run=run)
     if kind.format == "avro":
-        return read_avro(body, limit, source=source)
+        return read_avro(body, limit, source=source, run=run)
     if kind.format == "bytes":
-        return read_bytes(body, kind.codec, limit, source=source)
+        return read_bytes(body, kind.codec, limit, source=source, run=run)
     if kind.format == "text":
         raise EnvelopeError(f"text objects keep no partition or offset; they cannot be aggregated: {key!r}")
     data = uncompressed(body, kind.codec)
     if kind.format == "jsonl":
-        return read_jsonl(data, limit, source=source)
-    return read_csv(data, limit, source=source)
+        return read_jsonl(data, limit, source=source, run=run)
+    return read_csv(data, limit, source=source, run=run)

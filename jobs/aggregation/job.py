@@ -18,14 +18,19 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from jobs.aggregation.reader import ObjectStore, value_schema
+from jobs.aggregation.reader import ObjectStore
 from jobs.aggregation.sink import AggregateSink
-from jobs.aggregation.transforms import aggregate, dedupe, duplicate_count, read_records
+from jobs.aggregation.transforms import (
+    aggregate,
+    dedupe,
+    duplicate_count,
+    infer_value_schema,
+    read_records,
+    refuse_shadowed_fields,
+)
 from tidemark.config.model import StreamConfig
 from tidemark.ledger.base import Ledger
 from tidemark.ledger.model import HourMark
-
-SCHEMA_SAMPLES = 8  # objects, spread over the run, whose value schemas are unified
 
 
 @dataclass
@@ -39,6 +44,7 @@ class RunReport:
     items_written: int = 0
     cleared: list[str] = field(default_factory=list)  # hours no longer dirty
     still_dirty: list[str] = field(default_factory=list)  # got new objects while the run ran
+    failed: dict[str, str] = field(default_factory=dict)  # hours left dirty: an object cannot be read
     seconds: dict[str, float] = field(default_factory=dict)  # read, schema, aggregate, write
     readers: dict[str, int] = field(default_factory=dict)  # objects per read path (arrow, spark-parquet...)
 
@@ -54,6 +60,7 @@ class RunReport:
             "items_written": self.items_written,
             "cleared": self.cleared,
             "still_dirty": self.still_dirty,
+            "failed": self.failed,
             "seconds": {phase: round(value, 2) for phase, value in self.seconds.items()},
             "readers": self.readers,
         }
@@ -96,10 +103,13 @@ def run_aggregation(
     if objects:
         clock = time.monotonic()
         store = ObjectStore(archive_root) if archive_root else ObjectStore.of_bucket(bucket)
-        step = max(1, len(objects) // SCHEMA_SAMPLES)
         source = stream.source.shape.kind
-        values = value_schema(((key, store.read(key)) for key, _hour in objects[::step]), source=source)
+        inferred = infer_value_schema(spark, objects, store.root, tasks, source=source)
+        values, report.failed = inferred.schema, inferred.failed
+        refuse_shadowed_fields(values, stream.aggregations)
+        objects = [(key, hour) for key, hour in objects if hour not in report.failed]
         report.seconds["schema"] = time.monotonic() - clock
+    if objects:
         clock = time.monotonic()
         read = read_records(spark, objects, store.root, tasks, values, native=archive_root is not None, source=source)
         report.readers = read.readers
@@ -113,7 +123,9 @@ def run_aggregation(
         clock = time.monotonic()
         for aggregation in stream.aggregations:
             rows = aggregate(unique, aggregation).collect()
-            by_hour: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = {hour: [] for hour in report.hours}
+            by_hour: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = {
+                hour: [] for hour in report.hours if hour not in report.failed
+            }
             for row in rows:
                 fields = row.asDict()
                 group = {column: fields[column] for column in aggregation.group_by}
@@ -127,6 +139,8 @@ def run_aggregation(
         report.seconds["write"] = write_s
         records.unpersist()
     for mark in marks:
+        if mark.hour in report.failed:
+            continue  # stays dirty: its failure is in the run's record
         (report.cleared if ledger.record_aggregated(mark) else report.still_dirty).append(mark.hour)
     if marks:
         ledger.record_run(stream.name, report.run_id, int(time.time() * 1000), report.summary())

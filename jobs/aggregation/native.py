@@ -18,11 +18,14 @@ a listing -- into exactly the columns and types of the Arrow reader
   a row of a file the run did not plan fails the query;
 * ``event_time`` is the ISO-8601 text JSON Lines holds (``2026-11-21T07:12:33.123Z``): as
   written in JSON and CSV, formatted from Parquet's timestamp with time-zone-free arithmetic;
-* value fields take the run's sampled value schema: a Parquet struct ``value`` (a declared
+* value fields take the run's value schema (inferred from every object): a Parquet struct ``value`` (a declared
   value schema) by its fields, a JSON value parsed into that schema directly, a string value
   (Parquet, CSV ``value``) with ``from_json``, CSV ``value.<path>`` columns cast and nested as
   :func:`jobs.aggregation.values.nest_paths` does. Parsing is FAILFAST and casts are checked:
-  a value that cannot take the run's type fails the run, as in the Arrow reader.
+  a value that cannot take the run's type fails the run, as in the Arrow reader;
+* tombstones (a null value) are skipped, as by the Arrow reader: JSON Lines lines marked
+  ``"tombstone": true``, a null Parquet ``value``, a CSV ``value`` cell that is empty and
+  unquoted (null; the quoted empty string reads as the ``emptyValue`` marker).
 
 Not read natively (they go through the Arrow reader, from the same root): Avro (no spark-avro
 jar here), zstd objects (no native zstd codec in Hadoop here), bytes, and any key holding a
@@ -51,7 +54,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import (
     BinaryType,
+    BooleanType,
     DataType,
+    DecimalType,
     IntegerType,
     IntegralType,
     LongType,
@@ -77,6 +82,7 @@ NATIVE_READERS = {
 _PATH_SAFE = re.compile(r"^[A-Za-z0-9/._=+~-]+$")  # nothing a Hadoop path or URI would escape
 _SCHEME_AND_AUTHORITY = r"^[A-Za-z][A-Za-z0-9+.\-]*:(//[^/]*)?"
 FILE = "_tidemark_file"
+TOMBSTONE = "tombstone"  # JSON Lines' marker on a tombstone's line (tidemark.formats.jsonl)
 #: what an empty quoted CSV cell (the empty string) reads as, told apart from an empty unquoted one (null)
 _EMPTY = "\u0000tidemark-empty\u0000"
 
@@ -137,7 +143,7 @@ def checked_cast(column: Column, kind: DataType, what: str) -> Column:
         return column
     cast = column.cast(kind)
     bad = column.isNotNull() & cast.isNull()
-    if isinstance(kind, IntegralType):  # Spark casts '12.5' to 12
+    if isinstance(kind, IntegralType) or (isinstance(kind, DecimalType) and kind.scale == 0):  # '12.5' -> 12
         bad = column.isNotNull() & (cast.isNull() | ~column.rlike(r"^\s*[+-]?[0-9]+\s*$"))
     message = F.concat(F.lit(f"{what}: "), column, F.lit(f" is not {kind.simpleString()}"))
     return F.when(bad, F.raise_error(message)).otherwise(cast)
@@ -213,9 +219,11 @@ def _read_json(
             StructField(envelope.position, StringType() if text else LongType()),
             StructField("event_time", StringType()),
             StructField("value", run),
+            StructField(TOMBSTONE, BooleanType()),  # true on a tombstone's line, absent elsewhere
         ]
     )
     frame = _with_file(spark.read.schema(schema).option("mode", "FAILFAST").json(paths))
+    frame = frame.where(F.col(TOMBSTONE).isNull() | ~F.col(TOMBSTONE))
     return frame.select(
         *_positions(envelope),
         F.col("event_time"),
@@ -231,6 +239,7 @@ def _read_parquet(
     missing = [name for name in (envelope.partition, envelope.position) if name not in frame.columns]
     if missing:
         raise ValueError(f"Parquet objects without {missing} columns cannot be aggregated (records dedupe on them)")
+    frame = frame.where(F.col("value").isNotNull())  # tombstones: nothing to aggregate
     value_type = frame.schema["value"].dataType
     if isinstance(value_type, StructType):
         fields = _fields_of_struct(F.col("value"), value_type, run, names)
@@ -259,6 +268,7 @@ def _read_csv(
         if required not in columns:
             raise ValueError(f"CSV objects without a {required!r} column cannot be aggregated (records dedupe on it)")
     if "value" in columns:
+        frame = frame.where(F.col("value").isNotNull())  # tombstones (an empty unquoted cell)
         fields = _json_values(F.col("value"), run, names)
     else:
         fields = [_path_value(columns, name, run[name].dataType).alias(name) for name in names]

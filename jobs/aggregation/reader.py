@@ -5,8 +5,8 @@ inside ``mapInArrow`` tasks works the same against S3 on EMR Serverless and moto
 Spark 3.5 and 4. Each task gets a slice of the object list the ledger committed (never a prefix
 listing), downloads each object and reads it with the reader of its format
 (:mod:`jobs.aggregation.formats`: every format, told by the key's extension). The values of an
-object are conformed to the value schema the driver inferred from sample objects
-(:func:`value_schema`), so every task returns the same typed columns:
+object are conformed to the run's value schema, unified on the driver from every object's
+(:func:`infer_object_schemas`, a first pass in tasks), so every task returns the same typed columns:
 ``hour, epoch, partition, offset, event_time`` and the value's fields
 (:func:`records_schema`).
 
@@ -46,6 +46,7 @@ __all__ = [
     "ObjectStore",
     "envelope_fields",
     "fetch_objects",
+    "infer_object_schemas",
     "parse_values",
     "read_object",
     "records_schema",
@@ -73,11 +74,12 @@ def envelope_fields(source: str = KAFKA) -> list[pa.Field]:
 
 ENVELOPE_FIELDS = envelope_fields(KAFKA)  # Kafka's
 ENVELOPE_NAMES = frozenset(field.name for field in ENVELOPE_FIELDS)  # every source kind's
-SAMPLE_RECORDS = 5_000  # records per sample object the schema is inferred from
+SAMPLE_RECORDS = 5_000  # records per object :func:`value_schema` reads (a driver-side helper)
 
 
 def value_schema(samples: Iterable[tuple[str, bytes]], *, source: str = KAFKA) -> pa.Schema:
-    """One value schema for the run, unified over sample objects (``(key, body)``: the key
+    """One value schema unified over a few objects read on the driver (the job itself infers
+    from every object, :func:`infer_object_schemas`) (``(key, body)``: the key
     tells the format; the driver reads a few spread over the run's objects) of a ``source``
     kind stream: a field takes the widest type it has anywhere, unseen-typed (all null) fields
     are text."""
@@ -92,7 +94,7 @@ def records_schema(values: pa.Schema, source: str = KAFKA) -> pa.Schema:
 def read_object(key: str, body: bytes, hour: str, values: pa.Schema, *, source: str = KAFKA) -> pa.RecordBatch:
     """The records of the object stored under ``key`` (a ``source`` kind stream's) as one batch
     of :func:`records_schema`."""
-    envelopes = read_envelopes(key, body, source=source)
+    envelopes = read_envelopes(key, body, source=source, run=values)
     rows = envelopes.rows
     schema = records_schema(values, source)
     value_fields = [field for field in schema if field.name not in ENVELOPE_NAMES]
@@ -151,6 +153,42 @@ class ObjectStore:
         name = f"{self.prefix}/{key}" if self.prefix else key
         body: bytes = self._client.get_object(Bucket=self.bucket, Key=name)["Body"].read()
         return body
+
+
+SCHEMAS_SCHEMA = "key string, hour string, schema binary, error string"  # one row per object read
+
+
+def infer_object_schemas(root: str, source: str = KAFKA) -> Any:
+    """The ``mapInArrow`` function of the schema pass: batches of (key, hour) rows in, one row
+    per object out, with its value schema (Arrow IPC) or, for an object that cannot be read
+    (:class:`EnvelopeError`), why: that object's hour fails, not the run."""
+
+    def infer(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        store = ObjectStore(root)
+        for batch in batches:
+            keys, hours = batch.column("key").to_pylist(), batch.column("hour").to_pylist()
+            schemas: list[bytes | None] = []
+            errors: list[str | None] = []
+            for key in keys:
+                try:
+                    values = read_envelopes(key, store.read(key), source=source).values
+                except EnvelopeError as exc:
+                    schemas.append(None)
+                    errors.append(str(exc))
+                    continue
+                schemas.append(values.schema.serialize().to_pybytes())
+                errors.append(None)
+            yield pa.RecordBatch.from_arrays(
+                [
+                    pa.array(keys, pa.string()),
+                    pa.array(hours, pa.string()),
+                    pa.array(schemas, pa.binary()),
+                    pa.array(errors, pa.string()),
+                ],
+                names=["key", "hour", "schema", "error"],
+            )
+
+    return infer
 
 
 def fetch_objects(root: str, values: pa.Schema, source: str = KAFKA) -> Any:

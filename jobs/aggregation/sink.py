@@ -2,7 +2,9 @@
 
 One item per (stream, aggregation, hour, group): ``pk = AGG#<stream>#<aggregation>#<hour>``,
 ``sk = <group>`` as a JSON object of the group's values (``{"product_id":"p-001"}``; ``{}``
-without group-by columns), so no two groups can share a key. An hour's items are
+without group-by columns), so no two groups can share a key; a group whose JSON exceeds the
+1,024 bytes of a sort key is keyed ``sha256:<digest of its JSON>`` instead, its JSON in the
+item's ``group_key`` (every item has it) and its values in ``group``. An hour's items are
 rewritten whole (``PutItem``, never ``ADD``), and groups of that hour that are no longer in the
 result are deleted, so the hour's items are always exactly the latest computation. boto3's
 batch writer sends 25-item batches and resends unprocessed items.
@@ -10,6 +12,7 @@ batch writer sends 25-item batches and resends unprocessed items.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Iterable, Mapping
 from decimal import Decimal
@@ -30,25 +33,58 @@ def aggregate_pk(stream: str, aggregation: str, hour: str) -> str:
     return f"AGG#{stream}#{aggregation}#{hour}"
 
 
-def group_key(group: Mapping[str, Any]) -> str:
+def group_text(group: Mapping[str, Any]) -> str:
+    """The group as JSON (``{"product_id":"p-001"}``), decimals as their text."""
     return orjson.dumps(dict(group), default=str).decode()
 
 
-DYNAMODB_MAX_NUMBER = 9.9999999999999999999999999999999999999e125
+MAX_SORT_KEY_BYTES = 1_024  # DynamoDB's limit on a sort key
+DIGEST_PREFIX = "sha256:"  # never the start of a group's JSON (an object: "{")
+
+
+def group_key(group: Mapping[str, Any]) -> str:
+    """The item's sort key: the group's JSON, or, beyond 1,024 bytes of UTF-8 (DynamoDB's
+    sort key limit), ``sha256:<hex digest of that JSON>`` (the whole group stays in the item)."""
+    text = group_text(group)
+    data = text.encode()
+    return text if len(data) <= MAX_SORT_KEY_BYTES else DIGEST_PREFIX + hashlib.sha256(data).hexdigest()
+
+
+DYNAMODB_MAX_NUMBER = Decimal("9.9999999999999999999999999999999999999E+125")
+DYNAMODB_MIN_NUMBER = Decimal("1E-130")  # smallest magnitude other than 0
+DYNAMODB_DIGITS = 38
+
+
+def _decimal(value: Decimal, text: str) -> Decimal | str:
+    """A number DynamoDB can store as it is, or its text: NaN, infinities, magnitudes beyond
+    1e126 or below 1e-130 (other than 0), more than 38 significant digits."""
+    if not value.is_finite():
+        return text
+    if value.is_zero():
+        return Decimal(0)
+    digits = len("".join(map(str, value.as_tuple().digits)).strip("0"))  # significant (normalize() rounds)
+    if not DYNAMODB_MIN_NUMBER <= abs(value) <= DYNAMODB_MAX_NUMBER or digits > DYNAMODB_DIGITS:
+        return text
+    return value
 
 
 def _number(value: Any) -> Any:
-    """A value DynamoDB can store: floats as Decimal; NaN, infinities and numbers beyond
-    DynamoDB's range as text (never a crash halfway through an hour's write)."""
-    if isinstance(value, bool) or value is None or isinstance(value, int | str):
-        return value if not isinstance(value, int) or abs(value) <= DYNAMODB_MAX_NUMBER else str(value)
+    """A value DynamoDB can store: floats and decimals as Decimal; NaN, infinities and numbers
+    beyond DynamoDB's range (either end) or precision as text (never a crash halfway through an
+    hour's write)."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return _decimal(Decimal(value), str(value)) if value else 0
     if isinstance(value, float):
-        return Decimal(repr(value)) if math.isfinite(value) and abs(value) <= DYNAMODB_MAX_NUMBER else repr(value)
+        return _decimal(Decimal(repr(value)) if math.isfinite(value) else Decimal("NaN"), repr(value))
+    if isinstance(value, Decimal):
+        return _decimal(value, str(value))
     if isinstance(value, list | tuple):
         return [_number(item) for item in value]
     if isinstance(value, dict):
         return {str(key): _number(item) for key, item in value.items()}
-    return str(value)  # dates, decimals from Spark: their text
+    return str(value)  # dates from Spark: their text
 
 
 class AggregateSink:
@@ -87,6 +123,7 @@ class AggregateSink:
                     Item={
                         "pk": pk,
                         "sk": sk,
+                        "group_key": group_text(group),
                         "stream": stream,
                         "aggregation": aggregation,
                         "hour": hour,

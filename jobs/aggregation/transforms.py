@@ -9,6 +9,7 @@ both alike: a record is ``(epoch, partition, offset)``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from functools import reduce
 from typing import NamedTuple
@@ -19,8 +20,17 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from jobs.aggregation.native import plan_reads, read_native
-from jobs.aggregation.reader import OBJECTS_SCHEMA, fetch_objects, records_schema
+from jobs.aggregation.reader import (
+    ENVELOPE_NAMES,
+    OBJECTS_SCHEMA,
+    SCHEMAS_SCHEMA,
+    fetch_objects,
+    infer_object_schemas,
+    records_schema,
+)
+from jobs.aggregation.values import mixed_fields, unify
 from tidemark.config.model import AggregationConfig
+from tidemark.exceptions import ConfigError
 from tidemark.sources import KAFKA
 
 # One stream per run: (epoch, partition, offset) is the record (see DESIGN.md, "Position epochs").
@@ -30,6 +40,31 @@ IDENTITY = ["epoch", "partition", "offset"]
 class Records(NamedTuple):
     frame: DataFrame
     readers: dict[str, int]  # objects per read path: "arrow", "spark-parquet", "spark-json", "spark-csv"
+
+
+class ValueSchema(NamedTuple):
+    schema: pa.Schema  # the run's value schema, over every object of the hours that did not fail
+    failed: dict[str, str]  # hour -> why (the first of its objects that cannot be read)
+
+
+def infer_value_schema(
+    spark: SparkSession, objects: Sequence[tuple[str, str]], root: str, tasks: int, *, source: str = KAFKA
+) -> ValueSchema:
+    """The run's value schema from every object (a first pass over them, in ``tasks`` tasks:
+    each object's value schema, unified on the driver), so a field that changes type in any
+    object is widened rather than failing the read; an object that cannot be read fails its
+    hour (left out of the run, reported), not the run."""
+    order = {key: index for index, (key, _hour) in enumerate(objects)}
+    listing = spark.createDataFrame(list(objects), OBJECTS_SCHEMA)
+    tasks = max(1, min(tasks, len(objects)))
+    found = listing.repartition(tasks).mapInArrow(infer_object_schemas(root, source), SCHEMAS_SCHEMA).collect()
+    rows = sorted(found, key=lambda row: order[row["key"]])
+    failed: dict[str, str] = {}
+    for row in rows:
+        if row["error"] is not None:
+            failed.setdefault(row["hour"], f"{row['key']}: {row['error']}")
+    schemas = [pa.ipc.read_schema(pa.py_buffer(bytes(row["schema"]))) for row in rows if row["hour"] not in failed]
+    return ValueSchema(unify(schemas), failed)
 
 
 def read_records(
@@ -48,7 +83,9 @@ def read_records(
     Parquet, JSON Lines and CSV objects are read by Spark's own readers
     (``jobs.aggregation.native``); everything else -- every object, without ``native`` -- is
     fetched by executor tasks and read with Arrow."""
-    plan = plan_reads(objects, native)
+    # a mixed field's numbers are their JSON tokens as text: Spark's readers would render them
+    # as Java doubles (1.0E22), so such a run reads every object with the Arrow reader
+    plan = plan_reads(objects, native and not mixed_fields(values))
     frames: list[DataFrame] = []
     readers: dict[str, int] = {}
     arrow = list(plan.arrow)
@@ -84,6 +121,36 @@ def duplicate_count(records: DataFrame) -> int:
     counts = records.groupBy(*IDENTITY).count().where("count > 1")
     extra = counts.agg(F.sum(F.col("count") - 1).alias("extra")).collect()[0]["extra"]
     return int(extra or 0)
+
+
+_QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")  # SQL string literals
+
+
+def _names_in(expression: str, name: str) -> bool:
+    """Whether a Spark SQL expression names the column ``name`` (bare or in backquotes; not a
+    field of a struct, ``meta.offset``, nor inside a string literal)."""
+    code = _QUOTED.sub("''", expression)
+    return re.search(rf"(?<![\w.`])(?:{re.escape(name)}|`{re.escape(name)}`)(?![\w`])", code, re.IGNORECASE) is not None
+
+
+def refuse_shadowed_fields(values: pa.Schema, aggregations: Sequence[AggregationConfig]) -> None:
+    """Fail the run, loudly, when an aggregation names a column that is both a value field and
+    one of the record's envelope columns (``hour``, ``epoch``, ``partition``, ``offset``,
+    ``event_time``): the envelope's would silently be taken (the value's ``hour`` grouped as the
+    event hour, ``sum(offset)`` of Kafka's offsets). A value field of such a name that no
+    aggregation names is left out of the records, harmlessly."""
+    shadowed = [field.name for field in values if field.name in ENVELOPE_NAMES]
+    for aggregation in aggregations:
+        for name in shadowed:
+            grouped = [column for column in aggregation.group_by if column.split(".")[0].lower() == name.lower()]
+            metrics = [metric for metric, expression in aggregation.metrics.items() if _names_in(expression, name)]
+            if grouped or metrics:
+                used = ", ".join([*(f"group_by {column}" for column in grouped), *(f"metric {m}" for m in metrics)])
+                raise ConfigError(
+                    f"aggregation {aggregation.name!r} names {name!r} ({used}), which is both a field of the "
+                    f"stream's values and the record's envelope column {name!r}: it would silently be the "
+                    f"envelope's; rename the value field or do not aggregate it"
+                )
 
 
 def aggregate(records: DataFrame, aggregation: AggregationConfig) -> DataFrame:

@@ -4,17 +4,19 @@ Every format's reader ends here: JSON text values (JSON Lines, the string ``valu
 Avro and CSV, bytes objects) go through :func:`parse_values`, one call to Arrow's (C++) JSON
 reader per object; typed values (a declared value schema's struct or record) are already
 columns; CSV ``value.<path>`` cells go through :func:`infer_text` and :func:`nest_paths`. The
-driver unifies the value schemas of a few sample objects (:func:`widen`), and every object's
+driver unifies the value schemas of every object (:func:`widen`), and every object's
 columns are conformed to it (:func:`conform`), so every task returns the same typed columns.
 """
 
 from __future__ import annotations
 
 import io
+import json
+import re
 from collections.abc import Iterable, Mapping
+from decimal import Decimal
 from typing import Any
 
-import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pa_json
@@ -25,38 +27,149 @@ class EnvelopeError(ValueError):
     not JSON, a field that cannot take the run's type)."""
 
 
+class IntToken(str):
+    """A JSON integer as the text it was archived as (exact at any size)."""
+
+
+class FloatToken(str):
+    """A JSON number with a fraction or an exponent, as the text it was archived as."""
+
+
+INT64 = (-(2**63), 2**63)
+DECIMAL = pa.decimal128(38, 0)  # Spark's widest integer: 38 digits
+#: a text field holding floats, objects or arrays in some records: Spark's readers would render
+#: those otherwise than their JSON tokens
+MIXED = b"tidemark.mixed"
+
+
+def loads(value: bytes | str) -> Any:
+    """A JSON value with every number kept as its token's text (:class:`IntToken`,
+    :class:`FloatToken`): never rounded through a double, rendered as archived."""
+    return json.loads(value, parse_int=IntToken, parse_float=FloatToken)
+
+
+def _fits_int64(value: str) -> bool:
+    return INT64[0] <= int(value) < INT64[1]
+
+
+def _digits(value: str) -> int:
+    return len(value.lstrip("-"))
+
+
 def _python_type(values: list[Any]) -> pa.DataType:
-    """The Arrow type for a field's values when Arrow's reader cannot decide (mixed types)."""
-    kinds = {type(value) for value in values if value is not None}
+    """The Arrow type for a field's values read in Python: integers int64, decimal(38,0)
+    beyond, text beyond 38 digits; integers and floats meet in double only when the
+    integers fit int64 (a bigger one is never rounded into a double: text then); objects a
+    struct; any other mix text (numbers as their JSON tokens)."""
+    present = [value for value in values if value is not None]
+    kinds = {type(value) for value in present}
+    if not kinds:
+        return pa.null()
     if kinds == {bool}:
         return pa.bool_()
-    if kinds == {int} and all(-(2**63) <= value < 2**63 for value in values if value is not None):
-        return pa.int64()
-    if kinds and kinds <= {int, float}:
-        return pa.float64()
-    return pa.string()  # strings, or a mix of anything: kept as text (JSON for non-strings)
+    if kinds == {IntToken}:
+        if all(_fits_int64(value) for value in present):
+            return pa.int64()
+        return DECIMAL if all(_digits(value) <= 38 for value in present) else pa.string()
+    if kinds == {IntToken, FloatToken} or kinds == {FloatToken}:
+        ints_fit = all(_fits_int64(value) for value in present if isinstance(value, IntToken))
+        return pa.float64() if ints_fit else pa.string()
+    if kinds == {dict}:
+        names = list(dict.fromkeys(name for value in present for name in value))
+        return pa.struct([(name, _python_type([value.get(name) for value in present])) for name in names])
+    return pa.string()
+
+
+def json_text(value: Any) -> str:
+    """A value read by :func:`loads` as JSON text: numbers as their tokens, strings as they are
+    at the top level (a mixed field's text), compact JSON inside objects and arrays."""
+    if isinstance(value, IntToken | FloatToken):
+        return str(value)
+    if isinstance(value, str):
+        return value
+    return _json(value)
+
+
+def _json(value: Any) -> str:
+    if isinstance(value, IntToken | FloatToken):
+        return str(value)
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{_json(str(name))}:{_json(item)}" for name, item in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(_json(item) for item in value) + "]"
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    return json.dumps(value)  # true, false, null
 
 
 def python_column(values: list[Any], kind: pa.DataType) -> pa.Array:
+    """Values read by :func:`loads` (or plain Python values) as an array of ``kind``."""
+    if pa.types.is_struct(kind):
+        rows = [value if isinstance(value, dict) else None for value in values]
+        children = [python_column([None if row is None else row.get(f.name) for row in rows], f.type) for f in kind]
+        mask = pa.array([row is None for row in rows], pa.bool_())
+        return pa.StructArray.from_arrays(children, fields=list(kind), mask=mask)
+    if pa.types.is_null(kind):
+        return pa.nulls(len(values))
     if pa.types.is_string(kind):
-        values = [v if v is None or isinstance(v, str) else orjson.dumps(v).decode() for v in values]
-    elif pa.types.is_floating(kind) or pa.types.is_integer(kind):
-        values = [v if isinstance(v, int | float) and not isinstance(v, bool) else None for v in values]
+        values = [None if value is None else json_text(value) for value in values]
+    elif pa.types.is_floating(kind):
+        values = [float(v) if isinstance(v, int | float | str) and not isinstance(v, bool) else None for v in values]
+    elif pa.types.is_integer(kind):
+        values = [int(v) if isinstance(v, int | IntToken) and not isinstance(v, bool) else None for v in values]
+    elif pa.types.is_decimal(kind):
+        values = [Decimal(v) if isinstance(v, int | IntToken) and not isinstance(v, bool) else None for v in values]
     try:
         return pa.array(values, kind)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:  # e.g. an integer beyond int64
         raise EnvelopeError(f"values do not fit {kind}: {exc}") from None  # loudly, never as nulls
 
 
-def _parse_in_python(values: list[bytes]) -> pa.Table:
-    """The slow path, for values whose fields change type from record to record."""
+def _parse_in_python(values: list[bytes], run: pa.Schema | None = None) -> pa.Table:
+    """The slow path, for values whose fields change type from record to record, integers
+    beyond int64, or fields the run renders as text: every number kept as its token. A field
+    the run holds as text is made text here (its numbers as their tokens, not re-rendered)."""
     try:
-        rows = [orjson.loads(value) for value in values]
-    except orjson.JSONDecodeError as exc:
+        rows = [loads(value) for value in values]
+    except ValueError as exc:
         raise EnvelopeError(f"an archived value is not JSON: {exc}") from None
     names = list(dict.fromkeys(name for row in rows if isinstance(row, dict) for name in row))
     columns = {name: [row.get(name) if isinstance(row, dict) else None for row in rows] for name in names}
-    return pa.table({name: python_column(column, _python_type(column)) for name, column in columns.items()})
+    texts = _text_fields(run)
+    arrays, fields = [], []
+    for name, column in columns.items():
+        inferred = _python_type(column)
+        kind = pa.string() if name in texts else settle(inferred)
+        mixed = _holds_others(column, kind)
+        arrays.append(python_column(column, kind))
+        fields.append(pa.field(name, kind, metadata={MIXED: b"1"} if mixed else None))
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def _holds_others(values: list[Any], kind: pa.DataType) -> bool:
+    """Whether a field of ``kind`` is text (at any depth) where some of ``values`` are floats,
+    objects or arrays: text Spark's readers would render otherwise (integers and booleans they
+    render as their tokens)."""
+    if pa.types.is_string(kind):
+        return any(isinstance(value, FloatToken | dict | list) for value in values)
+    if pa.types.is_struct(kind):
+        rows = [value for value in values if isinstance(value, dict)]
+        return any(_holds_others([row.get(field.name) for row in rows], field.type) for field in kind)
+    return False
+
+
+def _text_fields(run: pa.Schema | None) -> set[str]:
+    return {field.name for field in run if pa.types.is_string(field.type)} if run is not None else set()
+
+
+def _renders_text(parsed: pa.Schema, run: pa.Schema | None) -> bool:
+    """Whether the run holds as text a field these values parsed as something else: its
+    numbers must then be their tokens, which only the Python path keeps."""
+    texts = _text_fields(run)
+    return any(
+        field.name in texts and not pa.types.is_string(field.type) and not pa.types.is_null(field.type)
+        for field in parsed
+    )
 
 
 def _one_per_line(column: pa.Array | pa.ChunkedArray) -> pa.Buffer:
@@ -79,20 +192,36 @@ def _one_per_line(column: pa.Array | pa.ChunkedArray) -> pa.Buffer:
     return data.slice(start, end - start)
 
 
+def _untimed(kind: pa.DataType) -> pa.DataType:
+    """``kind`` with every timestamp, at any depth, as text."""
+    if pa.types.is_timestamp(kind):
+        return pa.string()
+    if pa.types.is_struct(kind):
+        return pa.struct([pa.field(field.name, _untimed(field.type)) for field in kind])
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        return pa.list_(_untimed(kind.value_type))
+    return kind
+
+
 def _read_json(data: pa.Buffer | bytes) -> pa.Table:
     table = pa_json.read_json(pa.BufferReader(data) if isinstance(data, pa.Buffer) else io.BytesIO(data))
-    stamps = [field.name for field in table.schema if pa.types.is_timestamp(field.type)]
-    if stamps:  # keep ISO-8601 text as text (Arrow would make timestamps Spark cannot take)
-        as_text = pa.schema([(name, pa.string()) for name in stamps])
+    as_text = pa.schema([pa.field(field.name, _untimed(field.type)) for field in table.schema])
+    if as_text != table.schema:  # keep ISO-8601 text as text, at any depth (Spark would take it as a zoned time)
         options = pa_json.ParseOptions(explicit_schema=as_text)
         source = pa.BufferReader(data) if isinstance(data, pa.Buffer) else io.BytesIO(data)
         table = pa_json.read_json(source, parse_options=options).select(table.column_names)  # fields in value order
     return table
 
 
-def parse_values(values: list[bytes] | pa.Array | pa.ChunkedArray) -> pa.Table:
-    """JSON object values as typed Arrow columns: parsed in C++ by Arrow's JSON reader, or,
-    when a field's type varies between records, in Python (mixed fields become text).
+#: an integer of 19 digits or more may be beyond int64, which Arrow's reader would make a double
+_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+
+
+def parse_values(values: list[bytes] | pa.Array | pa.ChunkedArray, run: pa.Schema | None = None) -> pa.Table:
+    """JSON object values as typed Arrow columns: parsed in C++ by Arrow's JSON reader, or in
+    Python (every number kept as its token) when a field's type varies between records, when
+    an integer may be beyond int64 (19 digits or more anywhere), or when ``run`` (the run's
+    value schema) holds as text a field parsed as something else here.
 
     ``values`` is a list of one-line JSON texts (JSON Lines) or a string/binary column (Parquet,
     Avro, CSV, bytes objects), which never leaves Arrow on the fast path."""
@@ -100,16 +229,17 @@ def parse_values(values: list[bytes] | pa.Array | pa.ChunkedArray) -> pa.Table:
     if not rows:
         return pa.table({})
     data = b"\n".join(values) if isinstance(values, list) else _one_per_line(values)
-    try:
-        table = _read_json(data)
-        if table.num_rows == rows:
-            return table
-    except pa.ArrowInvalid:
-        pass
+    if not _LONG_DIGITS.search(data if isinstance(data, bytes) else memoryview(data)):
+        try:
+            table = _read_json(data)
+            if table.num_rows == rows and not _renders_text(table.schema, run):
+                return table
+        except pa.ArrowInvalid:
+            pass
     if not isinstance(values, list):
         items = values.to_pylist()
         values = [b"{}" if item is None else item.encode() if isinstance(item, str) else item for item in items]
-    return _parse_in_python(values)
+    return _parse_in_python(values, run)
 
 
 _JSON_NUMBER = r"^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?$"
@@ -119,8 +249,10 @@ def infer_text(column: pa.Array | pa.ChunkedArray) -> pa.Array:
     """The type of a CSV ``value.<path>`` column, whose cells are text (strings as they are,
     numbers and booleans as their JSON text): every non-empty cell an integer -> int64, a
     number -> double, ``true``/``false`` -> bool; otherwise text. All empty -> null (typed by
-    the run). So a string field whose every value looks like a number reads as a number: the
-    one thing CSV cannot tell (a declared value schema or the ``value`` column can)."""
+    the run). Integers beyond int64 are decimal(38,0), beyond 38 digits text, never a double
+    (and with floats, double only when every integer fits int64, else text). So a string field
+    whose every value looks like a number reads as a number: the one thing CSV cannot tell (a
+    declared value schema or the ``value`` column can)."""
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
     column = column.cast(pa.string())
@@ -128,12 +260,12 @@ def infer_text(column: pa.Array | pa.ChunkedArray) -> pa.Array:
         return pa.nulls(len(column))
     # only JSON's number syntax: Arrow's cast would also take "nan", "inf" or "+5", text a
     # JSON number never renders as
-    if pc.all(pc.match_substring_regex(column.drop_null(), _JSON_NUMBER)).as_py():
-        for kind in (pa.int64(), pa.float64()):
-            try:
-                return column.cast(kind)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                continue
+    cells = column.drop_null()
+    if pc.all(pc.match_substring_regex(cells, _JSON_NUMBER)).as_py():
+        kind = _python_type(
+            [(IntToken if "." not in c and "e" not in c.lower() else FloatToken)(c) for c in cells.to_pylist()]
+        )
+        return python_column([None if c is None else loads(c) for c in column.to_pylist()], kind)
     if pc.all(pc.is_in(column.drop_null(), pa.array(["true", "false"]))).as_py():
         return pc.equal(column, "true")
     return column
@@ -174,14 +306,22 @@ def nest_paths(columns: Mapping[str, pa.Array]) -> pa.Table:
 
 
 def widen(a: pa.DataType, b: pa.DataType) -> pa.DataType:
-    """The type both fit in: null gives way, int and float meet in double, structs merge field
-    by field (nested values of objects with different fields), otherwise text."""
+    """The type both fit in: null gives way, integers meet in decimal(38,0) when one is
+    beyond int64, int64 and float in double (a decimal and a float in text: never a double
+    for an integer beyond int64), structs merge field by field (nested values of objects with
+    different fields), otherwise text."""
     if a == b:
         return a
     if pa.types.is_null(a):
         return b
     if pa.types.is_null(b):
         return a
+    if pa.types.is_integer(a) and pa.types.is_integer(b):
+        return pa.int64()
+    if {pa.types.is_decimal(a), pa.types.is_decimal(b)} == {True} or (
+        (pa.types.is_decimal(a) or pa.types.is_decimal(b)) and (pa.types.is_integer(a) or pa.types.is_integer(b))
+    ):
+        return DECIMAL
     numeric = (pa.types.is_integer, pa.types.is_floating)
     if any(check(a) for check in numeric) and any(check(b) for check in numeric):
         return pa.float64()
@@ -202,13 +342,44 @@ def settle(kind: pa.DataType) -> pa.DataType:
     return kind
 
 
-def unify(tables: Iterable[pa.Table]) -> pa.Schema:
-    """One value schema over sample tables: a field takes the widest type it has anywhere."""
+def unify(tables: Iterable[pa.Table | pa.Schema]) -> pa.Schema:
+    """One value schema over tables (or their schemas): a field takes the widest type it has anywhere. A
+    field that is text in the run (at any depth) where some sample had it otherwise, or that a
+    sample read as a mixed field, is marked :data:`MIXED`: its numbers are their JSON tokens,
+    which only the Arrow reader's Python path keeps (Spark's readers would render them as
+    Java doubles)."""
     fields: dict[str, pa.DataType] = {}
+    samples: dict[str, list[pa.DataType]] = {}
+    mixed: set[str] = set()
     for table in tables:
-        for field in table.schema:
+        for field in table.schema if isinstance(table, pa.Table) else table:
             fields[field.name] = widen(fields.get(field.name, pa.null()), field.type)
-    return pa.schema([(name, settle(kind)) for name, kind in fields.items()])
+            samples.setdefault(field.name, []).append(field.type)
+            if field.metadata and MIXED in field.metadata:
+                mixed.add(field.name)
+    schema = []
+    for name, kind in fields.items():
+        final = settle(kind)
+        marked = name in mixed or any(_text_over(sample, final) for sample in samples[name])
+        schema.append(pa.field(name, final, metadata={MIXED: b"1"} if marked else None))
+    return pa.schema(schema)
+
+
+def _text_over(sample: pa.DataType, final: pa.DataType) -> bool:
+    """Whether ``final`` holds as text, at any depth, what ``sample`` holds as floats, objects
+    or arrays."""
+    if pa.types.is_string(final):  # integers and booleans: Spark renders them as their tokens too
+        kinds = (pa.types.is_string, pa.types.is_null, pa.types.is_integer, pa.types.is_decimal, pa.types.is_boolean)
+        return not any(check(sample) for check in kinds)
+    if pa.types.is_struct(final) and pa.types.is_struct(sample):
+        finals = {field.name: field.type for field in final}
+        return any(_text_over(field.type, finals[field.name]) for field in sample if field.name in finals)
+    return False
+
+
+def mixed_fields(schema: pa.Schema) -> list[str]:
+    """The run's fields marked :data:`MIXED` (text holding numbers in some records)."""
+    return [field.name for field in schema if field.metadata and MIXED in field.metadata]
 
 
 def _conform_column(column: pa.Array, kind: pa.DataType, name: str) -> pa.Array:

@@ -5,7 +5,11 @@ whole rows, not counts -- and equal aggregates, through the Arrow reader (object
 through Spark's own readers over a ``file://`` archive root (objects in a directory).
 
 One Arrow read holds every variant at once: each is archived under its own position epoch
-(``+e<n>+`` in its keys), so a variant's records are the rows of its epoch.
+(``+e<n>+`` in its keys), so a variant's records are the rows of its epoch. Every object ends
+with a tombstone (a null value), which both readers skip: it has no value to aggregate -- but
+in CSV objects of ``value.<path>`` columns only, which cannot tell a tombstone from a record
+lacking every field (those are archived without tombstones here; the unit tests pin what they
+read).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from tests.support.format_objects import VARIANTS, make_archived_orders, store
 from tidemark.config.model import AggregationConfig
 from tidemark.eventtime import iso_utc
 
-ORDERS = make_archived_orders(partitions=2, hours=2, per_object=4)
+ORDERS = make_archived_orders(partitions=2, hours=2, per_object=4, tombstones=1)
 EPOCHS = {name: index + 1 for index, name in enumerate(VARIANTS)}
 NATIVE = 100  # added to the epochs of the rows Spark's readers read, to aggregate both at once
 BY_PRODUCT = AggregationConfig(
@@ -44,7 +48,10 @@ BY_PRODUCT = AggregationConfig(
 @pytest.fixture(scope="module")
 def archived() -> dict[str, list[tuple[str, str, bytes]]]:
     """Every variant's objects, each under its own epoch."""
-    return {name: ORDERS.objects(variant, epoch=EPOCHS[name]) for name, variant in VARIANTS.items()}
+    return {
+        name: (ORDERS if variant.tells_tombstones else ORDERS.without_tombstones()).objects(variant, epoch=EPOCHS[name])
+        for name, variant in VARIANTS.items()
+    }
 
 
 @pytest.fixture
@@ -93,6 +100,8 @@ def expected_aggregates() -> set[tuple[Any, ...]]:
     groups: dict[tuple[str, str], list[tuple[dict[str, Any], int]]] = defaultdict(list)
     for (_partition, hour), frames in ORDERS.frames.items():
         for frame in frames:
+            if frame.value is None:  # a tombstone: skipped
+                continue
             order = orjson.loads(frame.value)
             groups[(hour, order["product_id"])].append((order, frame.event_time_ms))
     return {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import io
+from decimal import Decimal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -273,12 +274,13 @@ def test_only_parquet_json_lines_and_csv_with_safe_keys_go_to_spark() -> None:
     assert plan_reads(objects, native=False).arrow == objects
 
 
-def test_an_integer_beyond_int64_widens_the_field_to_double_never_to_nulls() -> None:
+def test_an_integer_beyond_int64_is_an_exact_decimal_never_a_double_nor_a_null() -> None:
     from jobs.aggregation.values import python_column
 
-    mixed = parse_values([b'{"a":1}', b'{"a":1180591620717411303424}', b'{"a":"x"}']).column("a").to_pylist()
-    assert None not in mixed and mixed[2] == "x"  # mixed kinds: text
-    table = parse_values([b'{"a":1}', b'{"a":1180591620717411303424}'])
-    assert table.column("a").to_pylist() == [1.0, 1180591620717411303424.0]
+    mixed = parse_values([b'{"a":1}', b'{"a":1180591620717411303425}', b'{"a":"x"}']).column("a").to_pylist()
+    assert mixed == ["1", "1180591620717411303425", "x"]  # mixed kinds: text, each its JSON token
+    table = parse_values([b'{"a":1}', b'{"a":1180591620717411303425}'])
+    assert table.schema.field("a").type == pa.decimal128(38, 0)
+    assert table.column("a").to_pylist() == [Decimal(1), Decimal(1180591620717411303425)]
     with pytest.raises(EnvelopeError, match="do not fit int64"):
         python_column([2**70], pa.int64())
