@@ -43,8 +43,12 @@ def tidemark(*args: str | Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def expected_hour(value: bytes) -> str | None:
-    """Independently of the archiver: the UTC hour of ``created_at``, None if unusable."""
+def expected_hour(value: bytes | None, timestamp_ms: int | None = None) -> str | None:
+    """Independently of the archiver: the UTC hour of ``created_at``, None if unusable; a
+    tombstone's (a null value: no ``created_at``), the UTC hour of its record timestamp."""
+    if value is None:
+        assert timestamp_ms is not None, "a tombstone is filed by its record timestamp"
+        return datetime.fromtimestamp(timestamp_ms / 1000, UTC).strftime("%Y-%m-%dT%H")
     try:
         created = orjson.loads(value)["created_at"]
         return datetime.fromisoformat(created).astimezone(UTC).strftime("%Y-%m-%dT%H")
@@ -58,7 +62,7 @@ def read_topic(bootstrap: str, topic: str) -> list[ExpectedRecord]:
     try:
         partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
         consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-        found: dict[tuple[int, int], tuple[bytes, RecordMeta]] = {}
+        found: dict[tuple[int, int], tuple[bytes | None, RecordMeta, int]] = {}
         quiet = 0
         # Read until the topic stays quiet (the embedded broker's watermarks are not exact).
         while quiet < 3:
@@ -68,12 +72,16 @@ def read_topic(bootstrap: str, topic: str) -> list[ExpectedRecord]:
                 assert message.error() is None
                 headers = tuple(message.headers() or ())
                 found[(message.partition(), message.offset())] = (
-                    message.value(),
+                    message.value(),  # None: a tombstone
                     RecordMeta(topic, message.key(), headers),
+                    message.timestamp()[1],
                 )
     finally:
         consumer.close()
-    return [ExpectedRecord(p, o, value, expected_hour(value), meta) for (p, o), (value, meta) in sorted(found.items())]
+    return [
+        ExpectedRecord(p, o, value, expected_hour(value, stamp), meta)
+        for (p, o), (value, meta, stamp) in sorted(found.items())
+    ]
 
 
 def assert_replayed_once(bootstrap: str, topic: str, truth: list[ExpectedRecord]) -> None:
@@ -95,7 +103,7 @@ def assert_replayed_once(bootstrap: str, topic: str, truth: list[ExpectedRecord]
         assert copy.meta is not None and item.meta is not None
         assert copy.meta.key == item.meta.key
         assert tuple(pair for pair in copy.meta.headers if not pair[0].startswith("tidemark.")) == item.meta.headers
-        if item.hour is None:  # a dead letter: its bytes as produced
+        if item.hour is None or item.value is None:  # a dead letter: its bytes as produced; a tombstone: null
             assert copy.value == item.value
         else:
             assert orjson.loads(copy.value) == orjson.loads(item.value)
@@ -120,25 +128,29 @@ def test_demo_with_chaos_is_exactly_once_against_what_the_broker_holds(kafka_boo
     assert "PASS" in done.stdout
     report = json.loads(report_path.read_text())
     assert report["result"] == "PASS"
+    tombstones = report["tombstones"]  # a few null values deleting earlier orders' keys, among the orders
+    assert tombstones["produced"] > 0 and tombstones["produced"] == tombstones["archived"] == tombstones["replayed"]
+    total = 1600 + tombstones["produced"]
     assert report["chaos"]["crashes"] >= 4  # at least the armed drain of every partition died
     # The demo's audit: every object against the ledger, every partition's offsets tiled (gaps
     # asked of the broker), after crashes and lost commits.
     audit = report["audit"]
-    assert (audit["clean"], audit["findings"], audit["records"]) == (True, [], 1600)
+    assert (audit["clean"], audit["findings"], audit["records"]) == (True, [], total)
     assert report["delivery"]["crashed_invocations"] + report["chaos"]["lost_commits"] >= 1
     # The replay into a new topic, its first process killed: every record once, checked by the demo.
     replay = report["replay"]
-    assert (replay["equal"], replay["records"], replay["produced"] + replay["skipped"]) == (True, 1600, 1600)
-    assert replay["killed"] is not None and replay["timestamps_compared"] == 1600
+    assert (replay["equal"], replay["records"], replay["produced"] + replay["skipped"]) == (True, total, total)
+    assert replay["killed"] is not None and replay["timestamps_compared"] == total
 
     # Independent check: the broker's records against the S3 objects and the ledger.
     truth = read_topic(kafka_bootstrap, topic)
-    assert len(truth) == 1600
+    assert len(truth) == total and sum(item.value is None for item in truth) == tombstones["produced"]
     assert_replayed_once(kafka_bootstrap, topic, truth)
     s3 = boto3.client("s3", endpoint_url=moto_endpoint)
     verification = verify_archive(s3, bucket, "orders", truth)
     assert verification.ok, verification.summary()
-    assert verification.archived + verification.dead_lettered == 1600
+    assert verification.archived + verification.dead_lettered == total
+    assert verification.tombstones == tombstones["produced"]
     assert verification.dead_lettered == sum(item.hour is None for item in truth) > 0
     assert report["verification"] == verification.summary()
     archive = Archive(
@@ -184,19 +196,21 @@ def test_demo_with_a_topic_recreated_mid_run_archives_both_logs_exactly_once(kaf
 
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(report_path.read_text())
-    assert report["result"] == "PASS" and report["verification"]["produced"] == 1200
-    assert report["audit"]["clean"] and report["audit"]["records"] == 1200  # both epochs tiled
-    assert report["replay"]["equal"] and report["replay"]["records"] == 1200  # both logs, in epoch order
+    total = 1200 + report["tombstones"]["produced"]  # orders, and tombstones among them on both logs
+    assert report["result"] == "PASS" and report["verification"]["produced"] == total
+    assert report["audit"]["clean"] and report["audit"]["records"] == total  # both epochs tiled
+    assert report["replay"]["equal"] and report["replay"]["records"] == total  # both logs, in epoch order
     assert report["epochs"]["refused_invocations"] >= 1
     assert report["epochs"]["started"] == {"0": 1, "1": 1}
 
     # Independent check of the second log: what the recreated topic holds is in epoch 1, once.
     truth = [replace(item, epoch=1) for item in read_topic(kafka_bootstrap, topic)]
-    assert len(truth) == 600
+    # the second half of what was produced: 600 orders and the tombstones among them
+    assert len(truth) - sum(item.value is None for item in truth) == 600
     s3 = boto3.client("s3", endpoint_url=moto_endpoint)
     second = verify_archive(s3, bucket, "orders", truth)
     assert (second.lost, second.duplicated, second.misfiled, second.corrupted) == ([], [], [], [])
-    assert len(second.unexpected) == 600  # the first log's records, in epoch 0 (offsets 0.. again)
+    assert len(second.unexpected) == total - len(truth)  # the first log's records, in epoch 0 (offsets 0.. again)
     assert all(len(ident) == 2 for ident in second.unexpected)
     archive = Archive(
         moto_endpoint, bucket, table, tmp_path / "work" / "staging", ManualClock(), s3,
@@ -224,8 +238,11 @@ def test_demo_in_parquet_partitioned_by_country_and_channel_is_exactly_once(kafk
 
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(report_path.read_text())
-    assert report["result"] == "PASS" and report["verification"]["produced"] == 500
-    assert report["replay"]["equal"] and report["replay"]["records"] == 500  # Parquet keeps the envelope
+    tombstones = report["tombstones"]["produced"]
+    assert tombstones > 0 and report["tombstones"]["archived"] == report["tombstones"]["replayed"] == tombstones
+    total = 500 + tombstones
+    assert report["result"] == "PASS" and report["verification"]["produced"] == total
+    assert report["replay"]["equal"] and report["replay"]["records"] == total  # Parquet keeps the envelope
     data = example_config_data()
     data["streams"][0]["format"] = {"type": "parquet", "compression": "zstd"}
     data["streams"][0]["partition_by"] = {"fields": ["_value.country", "_header.channel"]}
@@ -234,14 +251,16 @@ def test_demo_in_parquet_partitioned_by_country_and_channel_is_exactly_once(kafk
     s3 = boto3.client("s3", endpoint_url=moto_endpoint)
     verification = verify_archive(s3, bucket, "orders", truth, config=config.streams[0])
     assert verification.ok, verification.summary()
-    assert verification.archived + verification.dead_lettered == 500
+    assert verification.archived + verification.dead_lettered == total
     raw = [
         item["Key"]
         for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix="raw/orders/")
         for item in page.get("Contents", [])
     ]
     assert raw and all(key.endswith(".parquet") for key in raw)
-    assert {key.split("/")[3] for key in raw} == {"web", "app", "store"}  # the channel level
+    # the channel level; a tombstone has no channel header (and no country: its value is null)
+    assert {key.split("/")[3] for key in raw} == {"web", "app", "store", "__missing__"}
+    assert any(key.split("/")[2:4] == ["__missing__", "__missing__"] for key in raw)
     archive = Archive(
         moto_endpoint, bucket, table, tmp_path / "work" / "staging", ManualClock(), s3,
         boto3.client("dynamodb", endpoint_url=moto_endpoint),
@@ -265,10 +284,14 @@ def test_default_demo_starts_and_stops_its_own_broker_and_moto(tmp_path):
     )  # fmt: skip
 
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "PASS: 1500 records exactly once" in done.stdout
-    assert "replay into orders-replay: 1500 records, equal to the source record by record" in done.stdout
     report = json.loads(report_path.read_text())
-    assert report["verification"]["produced"] == 1500 and report["verification"]["lost"] == 0
+    tombstones = report["tombstones"]["produced"]  # 3: at least a few even in a short run
+    total = 1500 + tombstones
+    assert tombstones >= 3 and report["tombstones"]["archived"] == report["tombstones"]["replayed"] == tombstones
+    assert f"PASS: {total} records exactly once" in done.stdout
+    assert f"replay into orders-replay: {total} records, equal to the source record by record" in done.stdout
+    assert f"tombstones produced: {tombstones}" in done.stdout
+    assert report["verification"]["produced"] == total and report["verification"]["lost"] == 0
     assert report["dead_letter_reasons"].keys() == {
         "invalid_event_time",
         "invalid_value_encoding",
@@ -276,7 +299,8 @@ def test_default_demo_starts_and_stops_its_own_broker_and_moto(tmp_path):
     }
     assert len(report["objects_per_hour"]) >= 4  # several event hours, late ones included
     assert report["aggregation"]["counts_match"] == {"orders_by_product": True}  # Spark ran, counts check out
-    assert report["aggregation"]["run"]["records"] == report["verification"]["archived"]
+    # the job skips tombstones: they have no value to aggregate
+    assert report["aggregation"]["run"]["records"] == report["verification"]["archived"] - tombstones
     assert not listening(report["bootstrap_servers"]) and not listening(report["endpoint"])
     assert service_processes() == before
 

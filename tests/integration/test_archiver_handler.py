@@ -61,6 +61,23 @@ def test_msk_sample_event_is_archived_and_measured(handler, archive, capsys):
     assert again["streams"]["orders"]["staged"] == 0
 
 
+def test_the_tombstone_sample_event_is_archived_and_no_dead_letter_is_measured(handler, archive, capsys):
+    """``events/msk-tombstones.json``: two tombstones (``"value": null`` and an omitted value)
+    and an order, all archived; ``DeadLettered`` (what the ``DeadLetters`` alarm watches) is 0."""
+    response = handler.lambda_handler(load_event("msk-tombstones"), context())
+    assert response["streams"]["orders"] | {"objects_committed": 0} == {
+        "records_in": 3,
+        "duplicates": 0,
+        "staged": 3,
+        "dead_lettered": 0,
+        "objects_committed": 0,
+        "flush_errors": 0,
+        "quarantined": 0,
+    }
+    main = next(doc for doc in emf_documents(capsys.readouterr().out) if "RecordsIn" in doc)
+    assert (main["RecordsIn"], main["DeadLettered"]) == ([3.0], [0.0])
+
+
 def test_flush_metrics_carry_reason_and_latency(handler, archive, capsys):
     event = load_event("msk-orders")
     handler.lambda_handler(event, context())

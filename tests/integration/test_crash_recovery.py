@@ -41,13 +41,15 @@ def assert_staging_clean(archive) -> None:
 def test_crash_at_each_point_then_recover(archive, point, layout, nth):
     """Gzip JSON Lines, and Parquet and Avro objects under partition-by folders (Avro with Hive
     folders, and a header level that most records lack: `__missing__`); and a Kinesis stream
-    (two shards, 56-digit sequence numbers with gaps) in JSON Lines and in partitioned CSV."""
+    (two shards, 56-digit sequence numbers with gaps) in JSON Lines and in partitioned CSV.
+    Kafka workloads hold tombstones (null values: staging format 4) among their orders."""
     kind = KINESIS if layout.startswith("kinesis") else KAFKA
     if layout in ("jsonl", "kinesis-jsonl"):
         config, size = small_config(kind=kind), 260
     else:  # fewer records in smaller objects: the same crash points reached, in less time
         config, size = small_config(max_records=20, kind=kind, **PARTITIONED_FORMATS[layout]), 130
-    workload = make_orders(partitions=2, per_partition=size, hours=3, seed=nth, kind=kind)
+    tombstones = 0.05 if kind == KAFKA else 0.0  # Kinesis has none
+    workload = make_orders(partitions=2, per_partition=size, hours=3, seed=nth, kind=kind, tombstone_share=tombstones)
     esm = EsmModel(workload, lambda crash: archive.runtime(config, crash))
     injector = CrashAt(point, nth)
     # First pass: deliver batches until the injector fires, exactly as a crashing Lambda would.

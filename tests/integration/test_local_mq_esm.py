@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import gzip
 import io
 import json
 import logging
@@ -27,7 +28,8 @@ import yaml
 from pika.exceptions import ChannelClosedByBroker
 
 from tests.conftest import REPO, Archive
-from tests.support.rabbitmq import connect, new_queue, publish, queue_depth, rabbitmq_fixture
+from tests.support.events import load_event
+from tests.support.rabbitmq import connect, java_medium_date, new_queue, publish, queue_depth, rabbitmq_fixture
 from tidemark.config import TidemarkConfig, parse_config
 from tidemark.config.loader import ENV_JSON
 from tidemark.embedded.demo_rabbitmq import ConfirmedPublisher
@@ -557,3 +559,137 @@ def test_with_a_dead_letter_exchange_failed_messages_survive_and_a_redrive_archi
     assert sum(r["streams"]["orders"]["staged"] for r in invoker.responses[before:]) == 0
 
     archived_exactly_once(archive, config, workload, headers=False)
+
+
+# -- odd fields: one message's problem, never its batch's -----------------------------------------
+
+
+def _odd_fields_config(
+    queue: str, archive: Archive, monkeypatch: pytest.MonkeyPatch, event_time: dict[str, Any] | None = None
+) -> TidemarkConfig:
+    """config/rabbitmq.yaml reading ``queue``, objects as gzip JSON Lines (read back here with the
+    stdlib, not Tidemark's readers), optionally another event time."""
+    data = yaml.safe_load((REPO / "config" / "rabbitmq.yaml").read_text())
+    stream = data["streams"][0]
+    stream["source"]["queue"] = queue
+    stream["flush"] = {"max_records": 40, "max_bytes": "1MiB", "max_age": "15m"}
+    stream["format"] = {"type": "jsonl", "compression": "gzip"}
+    if event_time is not None:
+        stream["event_time"] = event_time
+    for name, value in {**archive.env(), ENV_JSON: json.dumps(data)}.items():
+        monkeypatch.setenv(name, value)
+    return parse_config(data)
+
+
+def _archived_lines(archive: Archive, config: TidemarkConfig) -> dict[str, list[dict[str, Any]]]:
+    """Drain the queue's partition; every line of every object, by prefix (``raw``, ``errors``).
+    A dead letter's base64 fields (``message_id_base64``, ``value_base64``, headers') are decoded
+    into the archived records' names (``message_id``, ``value``, headers' ``value``) as text."""
+    stream = config.streams[0]
+    archive.runtime(config).writer(stream, 0).drain()
+    found: dict[str, list[dict[str, Any]]] = {"raw": [], "errors": []}
+    for prefix, lines in found.items():
+        listed = archive.s3.list_objects_v2(Bucket=archive.bucket, Prefix=f"{prefix}/{stream.name}/")
+        for item in listed.get("Contents", []):
+            body = archive.s3.get_object(Bucket=archive.bucket, Key=item["Key"])["Body"].read()
+            lines += [json.loads(line) for line in gzip.decompress(body).splitlines()]
+    for line in found["errors"]:
+        for name in ("message_id", "value"):
+            encoded = line.pop(f"{name}_base64")
+            line[name] = None if encoded is None else base64.b64decode(encoded).decode("utf-8", "replace")
+        line["headers"] = [
+            {"key": header["key"], "value": base64.b64decode(header["value_base64"]).decode("utf-8", "replace")}
+            for header in line["headers"]
+        ]
+    return found
+
+
+@pytest.mark.parametrize(
+    "event_time",
+    [None, {"source": "record_timestamp", "timezone": "UTC"}],
+    ids=["json_field", "record_timestamp"],
+)
+def test_a_millisecond_timestamp_and_a_nested_header_table_never_wedge_the_queue(
+    rabbitmq, queue, archive, monkeypatch, event_time
+):
+    """Published with pika: a timestamp of ``Date.now()`` (ms where AMQP means seconds: the year
+    58,859 to Java) and a nested header table ``{"meta": {"bytes": "abc"}}``, between ordinary
+    messages. Each is delivered once as Lambda shows it, the invocations succeed, everything is
+    acked and the queue is empty; the odd timestamp is the record's timestamp (dead-lettered
+    ``invalid_event_time`` when it is the event time), the table is kept as its JSON."""
+    config = _odd_fields_config(queue, archive, monkeypatch, event_time)
+    now_s = NOW_MS // 1000
+    sent = {
+        "before": pika.BasicProperties(message_id="before", timestamp=now_s),
+        "ms-stamp": pika.BasicProperties(message_id="ms-stamp", timestamp=NOW_MS),
+        "nested": pika.BasicProperties(message_id="nested", timestamp=now_s, headers={"meta": {"bytes": "abc"}}),
+        "after": pika.BasicProperties(message_id="after", timestamp=now_s, headers={"source": "web"}),
+    }
+    connection = connect(rabbitmq)
+    channel = connection.channel()
+    channel.confirm_delivery()
+    for message_id, properties in sent.items():
+        body = json.dumps({"order_id": message_id, "created_at": NOW_MS}).encode()
+        channel.basic_publish("", queue, body, properties, mandatory=True)
+    invoker = ScriptedArchiver(rabbitmq, queue)
+    mapping = mapping_for(rabbitmq, queue, invoker, BatchLimits(batch_size=2, window_ms=200))
+
+    run_to_end(mapping, len(sent))
+    invoker.close()
+
+    stats = mapping.stats
+    assert (stats.failed_invocations, stats.acked, stats.redelivered, stats.invocations) == (0, 4, 0, 2)
+    assert queue_depth(channel, queue) == (0, 0)
+    connection.close()
+    shown = {m["basicProperties"]["messageId"]: m["basicProperties"] for m in invoker.messages()}
+    assert shown["ms-stamp"]["timestamp"] == java_medium_date(NOW_MS * 1000)
+    assert int(shown["ms-stamp"]["timestamp"].split(", ")[1]) > 50_000  # past datetime's year 9999
+    assert shown["nested"]["headers"] == {"meta": {"bytes": {"bytes": [97, 98, 99]}}}
+    assert [response["streams"]["orders"]["staged"] for response in invoker.responses] == [2, 2]
+
+    lines = _archived_lines(archive, config)
+    by_id = {line["message_id"]: line for line in lines["raw"] + lines["errors"]}
+    assert sorted(by_id) == sorted(sent) and len(lines["raw"]) + len(lines["errors"]) == 4
+    assert by_id["ms-stamp"]["timestamp"] == NOW_MS * 1000
+    assert {"key": "meta", "value": '{"bytes":{"bytes":[97,98,99]}}'} in by_id["nested"]["headers"]
+    assert {line["timestamp"] for line in (by_id["before"], by_id["nested"], by_id["after"])} == {now_s * 1000}
+    dead = {line["message_id"]: line for line in lines["errors"]}
+    if event_time is None:  # the event time is the body's created_at: all archived
+        assert dead == {}
+    else:  # the record timestamp is the event time: the year 58,859 is none, for that message alone
+        assert list(dead) == ["ms-stamp"]
+        assert re.fullmatch(r"invalid_event_time: \d+ ms is outside 1970..9999", dead["ms-stamp"]["error"]), dead
+    assert sorted(line["position"] for line in lines["raw"] + lines["errors"]) == [0, 1, 2, 3]
+
+
+def test_a_message_the_decoder_cannot_read_is_its_own_dead_letter_and_the_batch_is_archived(archive, monkeypatch):
+    """Through the real handler, a hand-made event whose second message's ``data`` is not base64
+    (not something Lambda sends): the invocation succeeds, that message is dead-lettered
+    ``undecodable_message`` with the message as the event showed it, the others are archived as
+    ever; its redelivery is dropped by its id like any accepted message."""
+    config = _odd_fields_config("orders", archive, monkeypatch)
+    event = load_event("rabbitmq-orders")
+    event["rmqMessagesByQueue"]["orders::/"][1]["data"] = "not base64!"
+    handler = InProcessInvoker(HandlerRef.for_function(REPO, "archiver"), io.StringIO())
+
+    first = handler.invoke(event)
+    for message in event["rmqMessagesByQueue"]["orders::/"]:
+        message["redelivered"] = True
+    again = handler.invoke(event)
+
+    assert first.ok and again.ok, (first.error, again.error)
+    assert first.response["streams"]["orders"]["staged"] == 3  # m-1001 twice in the event: once
+    assert again.response["streams"]["orders"]["staged"] == 0
+    lines = _archived_lines(archive, config)
+    assert [line["message_id"] for line in lines["raw"]] == ["m-1001"]
+    dead = {line["message_id"]: line for line in lines["errors"]}
+    assert set(dead) == {"m-1002", None}  # the sample's message without an id: missing_message_id
+    assert dead[None]["error"].startswith("missing_message_id: ")
+    undecodable = dead["m-1002"]
+    reason = "message #1 of 'orders::/': data is not valid base64"
+    assert undecodable["error"].startswith(f"undecodable_message: {reason}")
+    assert [header["key"] for header in undecodable["headers"]] == ["tidemark.undecodable"]
+    assert undecodable["headers"][0]["value"].startswith(reason)
+    shown = json.loads(undecodable["value"])  # the message as the event showed it, for a re-drive
+    assert shown["data"] == "not base64!" and shown["basicProperties"]["messageId"] == "m-1002"
+    assert "redelivered" not in shown

@@ -79,10 +79,12 @@ def registry_refs(record: Record) -> tuple[SchemaRef, ...]:
     return (SchemaRef("key", "AVRO", "7"), value) if record.offset % 5 == 0 else (value,)
 
 
-def wire_value(record: Record) -> bytes:
+def wire_value(record: Record) -> bytes | None:
     """A Confluent wire-format value (magic 0, a 4-byte id, the payload), or now and then a
-    tombstone or plain bytes, which carry no id."""
+    tombstone (a null value), an empty value or plain bytes, which carry no id."""
     if record.offset % 13 == 0:
+        return None
+    if record.offset % 19 == 0:
         return b""
     if record.offset % 17 == 0:
         return b"plain " + record.value[:8]
@@ -92,7 +94,7 @@ def wire_value(record: Record) -> bytes:
 def wire_refs(record: Record) -> tuple[SchemaRef, ...]:
     """The ids expected from the wire format, read here independently of tidemark.wireformat."""
     value = record.value
-    if len(value) >= 5 and value[0] == 0:
+    if value is not None and len(value) >= 5 and value[0] == 0:
         return (SchemaRef("value", "", str(int.from_bytes(value[1:5], "big"))),)
     return ()
 
@@ -136,7 +138,8 @@ def test_wire_format_ids_are_archived_with_the_bytes(archive, fmt):
     assert_exactly_once(archive, config, esm)
     refs = [want.meta.schemas for want in workload.expected if want.meta]
     assert {ref.id for found in refs for ref in found} == {"300", "301", "302", "303"}
-    assert () in refs  # tombstones and plain bytes: archived, without an id
+    assert () in refs  # tombstones, empty values and plain bytes: archived, without an id
+    assert any(want.value is None for want in workload.expected)
 
 
 def test_the_checker_notices_a_wrong_reference(archive):

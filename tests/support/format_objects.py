@@ -36,6 +36,12 @@ class Variant:
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def tells_tombstones(self) -> bool:
+        """Whether its objects tell a tombstone from a record lacking every field: all but CSV
+        without a ``value`` column (``tidemark.formats.csv``)."""
+        return self.format != "csv" or not self.columns or "value" in self.columns
+
+    @property
     def extension(self) -> str:
         return format_for(self.format, self.codec).extension
 
@@ -95,6 +101,11 @@ class ArchivedOrders:
 
     frames: dict[tuple[int, str], list[Frame]]
 
+    def without_tombstones(self) -> ArchivedOrders:
+        return ArchivedOrders(
+            {where: [frame for frame in frames if frame.value is not None] for where, frames in self.frames.items()}
+        )
+
     def objects(
         self, variant: Variant, *, prefix: str = "raw", epoch: int = 0, folders: str = "", hive: bool = False
     ) -> list[tuple[str, str, bytes]]:
@@ -117,7 +128,11 @@ class ArchivedOrders:
         return found
 
 
-def make_archived_orders(*, partitions: int = 2, hours: int = 2, per_object: int = 4, seed: int = 11) -> ArchivedOrders:
+def make_archived_orders(
+    *, partitions: int = 2, hours: int = 2, per_object: int = 4, seed: int = 11, tombstones: int = 0
+) -> ArchivedOrders:
+    """``per_object`` orders per (partition, hour), then ``tombstones`` tombstones (a null value:
+    the delete of an order's key) after them, which the aggregation job must skip."""
     rng = random.Random(seed)
     frames: dict[tuple[int, str], list[Frame]] = {}
     for partition in range(partitions):
@@ -130,6 +145,11 @@ def make_archived_orders(*, partitions: int = 2, hours: int = 2, per_object: int
                 value = order_value(rng, partition, offset, event_ms)
                 headers = (("source", b"web"),) if index % 2 else ()
                 batch.append(Frame(RAW, offset, event_ms + 5, event_ms, f"k{offset}".encode(), value, headers, ""))
+                offset += 1
+            for index in range(tombstones):
+                deleted = f"k{batch[index % len(batch)].offset}".encode()
+                event_ms = BASE_MS + hour_index * HOUR_MS + 3_000_000 + index
+                batch.append(Frame(RAW, offset, event_ms, event_ms, deleted, None, (("op", b"d"),), ""))
                 offset += 1
             frames[(partition, hour)] = batch
     return ArchivedOrders(frames)

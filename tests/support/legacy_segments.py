@@ -1,5 +1,6 @@
 """Segments of other versions than the current: the writer of Tidemark before segment format 2,
-frozen here to stage "old" segments, and a stand-in for a newer version's segments.
+frozen here to stage "old" segments, the reader of Tidemark before segment format 4 (what a
+rollback past tombstones runs), and a stand-in for a newer version's segments.
 
 A verbatim copy of the version-1 frame encoder (``tidemark/staging/frames.py`` at commit
 ``ad7e250``: one ``"TM"``/``"TW"`` frame per record, each with its own CRC-32) and of how the
@@ -16,8 +17,11 @@ import zlib
 from collections.abc import Sequence
 
 from tidemark.buffers import ERRORS_KIND, BufferKey
+from tidemark.exceptions import UnsupportedSegmentError
 from tidemark.records.model import Record
 from tidemark.routing import Routed
+from tidemark.staging.frames import Frame, decode_frames
+from tidemark.staging.segment import decode_segment
 from tidemark.staging.store import PendingSegment
 from tidemark.writer.segments import SegmentEncoder
 
@@ -102,8 +106,27 @@ def is_legacy_segment(data: bytes) -> bool:
 
 
 def newer_version(segment: bytes) -> bytes:
-    """A current segment as a version-4 writer would have it (3 is 2 with schema references),
-    keeping what every version from 2 on keeps: the "TSG" family header and the trailer (CRC-32
-    of every byte before it, "TSGE")."""
-    body = b"TSG4" + segment[4:-8]
+    """A current segment as a version-5 writer would have it (3 is 2 with schema references, 4
+    is 3 with null values), keeping what every version from 2 on keeps: the "TSG" family header
+    and the trailer (CRC-32 of every byte before it, "TSGE")."""
+    body = b"TSG5" + segment[4:-8]
     return body + struct.pack("<I4s", zlib.crc32(body), b"TSGE")
+
+
+def decode_segment_before_tombstones(data: bytes) -> list[Frame]:
+    """``tidemark.staging.segment.decode_segment`` as Tidemark had it before segment format 4
+    (null values), which read versions 1 to 3: a verbatim copy of its dispatch (commit
+    ``5f0fc46``), which decides between "newer, unsupported" and "damaged" before any decoding.
+    What it hands on for the versions it reads, the current decoder reads alike."""
+    if data[:2] in (b"TM", b"TW") or not data:
+        return decode_frames(data)
+    if data[:3] == b"TSG" and len(data) > 3 and data[:4] not in (b"TSG2", b"TSG3") and _intact(data):
+        raise UnsupportedSegmentError(f"segment format {data[3:4]!r} is newer than this version reads")
+    return decode_segment(data)  # also for a damaged version byte: torn
+
+
+def _intact(data: bytes) -> bool:
+    if len(data) < 8:
+        return False
+    crc, trailer = struct.unpack_from("<I4s", data, len(data) - 8)
+    return bool(trailer == b"TSGE" and zlib.crc32(memoryview(data)[: len(data) - 8]) == crc)

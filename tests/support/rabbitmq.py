@@ -15,6 +15,7 @@ from __future__ import annotations
 import socket
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -106,3 +107,19 @@ def accepts(host: str, port: int) -> bool:
     with socket.socket() as probe:
         probe.settimeout(1)
         return probe.connect_ex((host, port)) == 0
+
+
+#: the Gregorian calendar repeats every 400 years: 146,097 days
+_CYCLE_MS = 146_097 * 86_400_000
+
+
+def java_medium_date(ms: int) -> str:
+    """What Lambda's Amazon MQ mapping shows for an AMQP timestamp: Java's
+    ``DateFormat.getDateTimeInstance(DEFAULT, DEFAULT, Locale.US)`` of ``new Date(ms)`` in UTC
+    ("Jan 1, 1970, 12:33:41 AM", pattern ``MMM d, y, h:mm:ss a``), for any ``ms >= 0`` up to a
+    Java long. An oracle independent of the decoder: stdlib ``datetime`` formats a date moved back
+    by whole 400-year cycles into its range, and the year is moved forward again."""
+    cycles = max(0, ms // _CYCLE_MS - 10)
+    moment = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms - cycles * _CYCLE_MS)
+    year = moment.year + 400 * cycles
+    return f"{moment:%b} {moment.day}, {year}, {moment.hour % 12 or 12}:{moment:%M:%S} {moment:%p}"

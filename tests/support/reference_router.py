@@ -24,6 +24,12 @@ The rules, in the order they are applied (the first that fails names the dead-le
    (``datetime.fromisoformat``), naive ones in the stream's zone; 1970..9999-12-30T23:59:59.999Z.
 6. ``missing_partition_value`` (``partition_by.missing: dead_letter``) / ``unrenderable_value``.
 
+A tombstone (a null value) and a null header value count no bytes in rule 1, a null header
+value is no text to check in rule 3, and a tombstone has no value for rule 4. A tombstone's
+event time (rule 5) is its record timestamp under ``json_field``, and under ``header`` when
+the first header of that name is absent or null (a null header is absent for any record); its
+``_value.`` partition levels are ``__missing__`` whatever ``missing`` says (rule 6).
+
 An archived record goes to ``raw/<hour of its event time>/<folders>``; a dead letter to
 ``errors/<hour>``, the hour of its Kafka timestamp when that is in 0..MAX_MS, else of the
 clock's now. Hours are ``YYYY-MM-DDTHH`` in the stream's time zone.
@@ -332,14 +338,16 @@ class ReferenceRouter:
     def _check(self, record: Record) -> Any:
         """The parsed JSON value (None unless the value encoding is json)."""
         encoding = self.stream.encoding
-        size = len(record.value) + len(record.key or b"")
-        size += sum(len(name.encode("utf-8")) + len(data) for name, data in record.headers)
+        size = len(record.value or b"") + len(record.key or b"")
+        size += sum(len(name.encode("utf-8")) + len(data or b"") for name, data in record.headers)
         if size > self.stream.dead_letter.max_record_bytes:
             raise DeadLetter("oversized")
         if encoding.key == "text" and record.key is not None and not _is_utf8(record.key):
             raise DeadLetter("invalid_key_encoding")
-        if encoding.headers == "text" and not all(_is_utf8(data) for _name, data in record.headers):
+        if encoding.headers == "text" and not all(_is_utf8(data or b"") for _name, data in record.headers):
             raise DeadLetter("invalid_header_encoding")
+        if record.value is None:  # a tombstone: no value to check
+            return None
         if encoding.value == "json":
             try:
                 return parse_json(record.value)
@@ -362,12 +370,16 @@ class ReferenceRouter:
             # The first header of that name, as the router reads it today (partition_by's
             # _header.<name> levels take the last one, as Kafka clients' lastHeader does).
             found = [data for name, data in record.headers if name == config.header]
-            if not found:
+            if not found or found[0] is None:
+                if record.value is None:
+                    return _in_range(record.timestamp_ms)
                 raise DeadLetter("missing_event_time")
             if not _is_utf8(found[0]):
                 raise DeadLetter("invalid_event_time")
             return time_value_ms(found[0].decode("utf-8"), config.format, self.zone)
         assert config.source == "json_field" and config.field is not None
+        if record.value is None:
+            return _in_range(record.timestamp_ms)
         node = parsed
         for part in config.field.split("."):
             if not isinstance(node, dict) or part not in node:
@@ -393,7 +405,8 @@ class ReferenceRouter:
             else:
                 value = _value_text(parsed, selector.removeprefix("_value.").split("."))
             if value is None:
-                if config.missing == "dead_letter":
+                tombstone_value_level = record.value is None and selector.startswith("_value.")
+                if config.missing == "dead_letter" and not tombstone_value_level:
                     raise DeadLetter("missing_partition_value")
                 level = "__missing__"
             else:

@@ -54,12 +54,14 @@ def make_orders(
     start_offset: int = 0,
     base_ms: int = BASE_MS,
     kind: str = KAFKA,
+    tombstone_share: float = 0.0,
 ) -> Workload:
     """Orders over ``hours`` hours in ``partitions`` partitions. ``kind="kinesis"``: shards
     ``shardId-00000000000<n>``, sequence numbers of 56 digits with random gaps between them (never
     contiguous), no headers -- and otherwise the very same records."""
     rng = random.Random(seed)
     gaps = random.Random(seed + 1)  # its own draws: a Kafka workload stays what it always was
+    deletes = random.Random(seed + 2)  # tombstones' draws: a workload without them is unchanged
     records: dict[PartitionId, list[Record]] = {}
     expected: list[ExpectedRecord] = []
     span = hours * HOUR_MS
@@ -107,6 +109,12 @@ def make_orders(
                 key=f"o-{partition}-{offset}".encode(),
                 headers=(("source", b"web"),) if index % 3 == 0 and not kinesis else (),
             )
+            if tombstone_share and index and deletes.random() < tombstone_share:
+                # A tombstone (Kafka only): the delete of an earlier order's key, a null value, a
+                # null header value among its headers; filed under its record timestamp's hour.
+                deleted = batch[deletes.randrange(len(batch))].key
+                record = record._replace(value=None, key=deleted, headers=(("op", b"d"), ("trace", None)))
+                value, hour = None, utc_hour(produced_ms)
             batch.append(record)
             expected.append(
                 ExpectedRecord(partition, offset, value, hour, RecordMeta(topic, record.key, record.headers))

@@ -53,14 +53,17 @@ def test_writer_schema() -> None:
     assert types["offset"] == types["timestamp"] == "long"
     assert types["event_time"] == {"type": "long", "logicalType": "timestamp-millis"}
     assert types["key"] == ["null", "bytes"]
-    assert types["value"] == "bytes"
+    assert types["value"] == ["null", "bytes"]  # null: a tombstone
     assert types["headers"]["type"] == "array"
     header = types["headers"]["items"]
-    assert [(field["name"], field["type"]) for field in header["fields"]] == [("key", "string"), ("value", "bytes")]
+    assert [(field["name"], field["type"]) for field in header["fields"]] == [
+        ("key", "string"),
+        ("value", ["null", "bytes"]),
+    ]
     text = avro_schema(CONTEXTS["text"])
     assert [field["type"] for field in text["fields"] if field["name"] in ("key", "value")] == [
         ["null", "string"],
-        "string",
+        ["null", "string"],
     ]
 
 
@@ -129,7 +132,8 @@ def test_declared_value_schema_gives_a_value_record(codec: str) -> None:
     body = render(AvroFormat(codec), TYPED_FRAMES, TYPED_CONTEXT)
     reader, records = read_all(body)
     schema = json.loads(reader.metadata["avro.schema"])
-    value = next(field["type"] for field in schema["fields"] if field["name"] == "value")
+    nullable, value = next(field["type"] for field in schema["fields"] if field["name"] == "value")
+    assert nullable == "null"  # a tombstone's value
     assert value["type"] == "record" and value["name"].rsplit(".", 1)[-1] == "Value"
     assert [(field["name"], field["type"]) for field in value["fields"]] == [
         ("order_id", "string"),

@@ -532,9 +532,10 @@ def test_bytes_version_2_file_header() -> None:
     )
 
 
-def test_kafka_bytes_objects_stay_version_1() -> None:
+def test_kafka_bytes_objects_are_version_3() -> None:
+    """Kafka objects hold tombstones (version 3: version 1 with nulls); Kinesis's stay version 2."""
     data = render(BytesFormat("none"), [Frame(RAW, 5, ARRIVAL, EVENT, b"k", b"v")], JSON_CONTEXT)
-    assert data[:6] == b"TMRB\x00\x01"
+    assert data[:6] == b"TMRB\x00\x03"
     with pytest.raises(struct.error):  # a Kafka offset is 64 bits: a sequence number does not fit
         render(BytesFormat("none"), [Frame(RAW, SEQ_56, ARRIVAL, EVENT, b"k", b"v")], JSON_CONTEXT)
 
@@ -546,4 +547,4 @@ def test_damaged_version_2_objects_are_refused() -> None:
     with pytest.raises(ValueError, match="truncated or corrupt"):
         list(BytesFormat("none").read(body[:40], JSON))
     with pytest.raises(ValueError, match="not a tidemark bytes object"):
-        list(BytesFormat("none").read(b"TMRB\x00\x03" + body[6:], JSON))
+        list(BytesFormat("none").read(b"TMRB\x00\x04" + body[6:], JSON))

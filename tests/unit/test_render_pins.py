@@ -23,7 +23,7 @@ from tidemark.config import parse_config
 from tidemark.formats import RenderContext, RenderSpec, format_for, format_of
 from tidemark.formats.compression import ZSTD_LEVEL, compressed, decompress
 from tidemark.objects.content import ContentDigest
-from tidemark.sources import KAFKA, KINESIS, PartitionId
+from tidemark.sources import KAFKA, KINESIS, RABBITMQ, PartitionId
 from tidemark.staging.frames import DEAD_LETTER, NO_EVENT_TIME, RAW, Frame
 from tidemark.writer.stream import render_spec
 
@@ -178,6 +178,8 @@ def cases() -> Iterator[tuple[str, Callable[[], bytes]]]:
         for encoding, context in CONTEXTS.items():
             if kind == "text" and encoding == "bytes":
                 continue
+            if kind == "bytes":  # version 1, now RabbitMQ's (Kafka's is version 3: see below)
+                context = replace(context, source=RABBITMQ)
             frames = text_frames(line_breaks=False) if kind == "text" and encoding == "text" else frames_for(encoding)
             for codec in ("none", "gzip", "zstd"):
                 yield f"{kind}/{encoding}/{codec}", _render(kind, codec, frames, context)
@@ -425,6 +427,16 @@ def test_the_content_digest_is_fed_frame_by_frame() -> None:
 @pytest.mark.parametrize(("name", "body"), list(cases()), ids=[name for name, _ in cases()])
 def test_every_line_format_renders_the_bytes_it_always_did(name: str, body: Callable[[], bytes]) -> None:
     assert hashlib.sha256(body()).hexdigest() == PINNED[name]
+
+
+@pytest.mark.parametrize("encoding", list(CONTEXTS))
+def test_a_kafka_bytes_object_without_nulls_is_version_1_bytes_under_version_3(encoding: str) -> None:
+    """Version 3 (Kafka's, for tombstones) only makes two lengths signed: without a null, its
+    records are version 1's byte for byte, and only the version field differs."""
+    kafka = _render("bytes", "none", frames_for(encoding), CONTEXTS[encoding])()
+    queue = _render("bytes", "none", frames_for(encoding), replace(CONTEXTS[encoding], source=RABBITMQ))()
+    assert kafka[4:6] == b"\x00\x03" and queue[4:6] == b"\x00\x01"
+    assert kafka[:4] + b"\x00\x01" + kafka[6:] == queue
 
 
 @pytest.mark.parametrize("codec", ["gzip", "zstd"])

@@ -28,7 +28,7 @@ from tidemark.config.model import (
     PartitionByConfig,
     PartitionField,
 )
-from tidemark.records.model import Record
+from tidemark.records.model import Headers, Record
 from tidemark.routing import Router
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "config" / "tidemark.yaml"
@@ -365,11 +365,14 @@ keys = st.one_of(
 
 
 @st.composite
-def headers(draw: st.DrawFn) -> tuple[tuple[str, bytes], ...]:
-    chosen = []
+def headers(draw: st.DrawFn) -> Headers:
+    chosen: list[tuple[str, bytes | None]] = []
     for _ in range(draw(st.integers(0, 3))):
         name = draw(st.sampled_from(["ts", "ts", "ts", "source", "trace", "tenant", "\u00e9t\u00e9", "\u6642"]))
-        if name == "ts":
+        data: bytes | None
+        if draw(st.integers(0, 9)) == 0:
+            data = None  # a null header value
+        elif name == "ts":
             data = draw(st.one_of(time_strings.map(str.encode), st.sampled_from([b"\xff17", b"17\xed\xa0\x80", b""])))
         else:
             data = draw(st.one_of(st.sampled_from([b"web", b"acme", b"../x", b""]), st.binary(max_size=4)))
@@ -386,7 +389,7 @@ def batches(draw: st.DrawFn, values: st.SearchStrategy[bytes]) -> list[Record]:
         base = draw(st.integers(0, LAST_S - 10**6))
         times = draw(st.lists(st.integers(0, 10**6), min_size=size, max_size=size))
         quoted = draw(st.booleans())
-        return [
+        uniform = [
             Record(
                 "orders",
                 3,
@@ -398,8 +401,19 @@ def batches(draw: st.DrawFn, values: st.SearchStrategy[bytes]) -> list[Record]:
             )
             for offset, time in enumerate(times)
         ]
+        for index in draw(st.lists(st.integers(0, size - 1), max_size=3)):  # tombstones among them
+            uniform[index] = uniform[index]._replace(value=None)
+        return uniform
     return [
-        Record("orders", 3, offset, draw(kafka_timestamps), draw(values), draw(keys), draw(headers()))
+        Record(
+            "orders",
+            3,
+            offset,
+            draw(kafka_timestamps),
+            None if draw(st.integers(0, 7)) == 0 else draw(values),  # a tombstone now and then
+            draw(keys),
+            draw(headers()),
+        )
         for offset in range(size)
     ]
 

@@ -88,6 +88,6 @@ def test_a_segment_format_newer_than_this_version_is_unsupported_not_corrupt() -
     with pytest.raises(UnsupportedSegmentError):
         decode_segment(newer)
     damaged = bytearray(segment_of_frames(FRAMES))
-    damaged[3] ^= 0x06  # "TSG2" -> "TSG4" by flipped bits: the trailer's CRC tells damage apart
+    damaged[3] ^= 0x07  # "TSG2" -> "TSG5" by flipped bits: the trailer's CRC tells damage apart
     with pytest.raises(TornFrameError):
         decode_segment(bytes(damaged))

@@ -111,6 +111,7 @@ def test_kafka_shape() -> None:
             ),
             20,
             10,
+            tombstones=True,  # a Kafka value (and header value) may be null
         )
         == KAFKA_SHAPE
     )

@@ -17,9 +17,14 @@ into an ``AWS::Glue::Table``. The description follows what the format writers pu
   ``string`` column as its JSON text (query it with ``json_extract_scalar``); bytes keys, values
   and headers are base64 ``string``s there; Kinesis's ``sequence_number`` is a JSON string and
   ``approximate_arrival_timestamp`` a JSON number of epoch seconds with three decimals, a
-  ``double`` (``from_unixtime`` makes it a timestamp). CSV columns are all ``string`` (the
-  OpenCSV SerDe reads nothing else), ``value.<path>`` columns named ``value_<path with _>``.
-  Text has one ``value string`` column.
+  ``double`` (``from_unixtime`` makes it a timestamp). A Kafka stream's JSON Lines table also
+  has ``tombstone boolean``: true on a tombstone's line (a null value), null on every other,
+  since ``value`` is null for a tombstone and for a json value that is the JSON text ``null``
+  alike (Parquet and Avro tell them apart in ``value`` itself: ``NULL`` is a tombstone,
+  ``'null'`` the JSON text). CSV columns are all ``string`` (the OpenCSV SerDe reads nothing
+  else), ``value.<path>`` columns named ``value_<path with _>``; that SerDe reads an empty cell
+  as ``''`` whether it was null (a tombstone's value) or the empty string. Text has one ``value
+  string`` column (a tombstone's line is empty).
 * **partition keys**: the ``partition_by`` names (``injected`` projection: Athena then needs an
   equality filter -- ``=`` or ``IN`` with literals -- on each of them in every query, and the
   values are the folder names, percent-encoded as ``tidemark.partitioning`` writes them,
@@ -155,6 +160,7 @@ _COMMENTS = {
     "key": "Kafka record key",
     "value": "Kafka record value",
     "headers": "Kafka record headers",
+    "tombstone": "true for a tombstone (a null value), null otherwise",
     "key_schema": "the schema the key was written with (registry format and id), null when unknown",
     "value_schema": "the schema the value was written with (registry format and id), null when unknown",
 }
@@ -200,6 +206,8 @@ def _jsonl_columns(stream: StreamConfig) -> tuple[Column, ...]:
         types[names.headers] = "array<struct<key:string,value:string>>"
     if names.timestamp_in_seconds:  # a JSON number of epoch seconds with three decimals
         types[names.timestamp] = "double"
+    if stream.source.shape.tombstones:  # the marker on a tombstone's line (tidemark.formats.jsonl)
+        types["tombstone"] = "boolean"
     return _envelope_columns(types, _comments(stream, text_formats=True))
 
 

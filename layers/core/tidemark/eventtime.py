@@ -179,7 +179,12 @@ def parse_time_value(value: Any, fmt: str, zone: ZoneInfo) -> int:
 
 
 def build_extractor(config: EventTimeConfig, clock: Clock) -> Extractor:
-    """Return ``f(record, parsed_json_value) -> epoch ms`` for the configured source."""
+    """Return ``f(record, parsed_json_value) -> epoch ms`` for the configured source.
+
+    A tombstone (``record.value is None``) has no value to read a field from: under
+    ``json_field`` its event time is its record timestamp, and under ``header`` too when it lacks
+    the header (a header it has is read, and one that is no time is ``invalid_event_time`` as for
+    any record). Either way a tombstone is never ``missing_event_time``: a delete is a record."""
     zone = ZoneInfo(config.timezone)
     fmt = config.format
     if config.source == "record_timestamp":
@@ -191,20 +196,28 @@ def build_extractor(config: EventTimeConfig, clock: Clock) -> Extractor:
         assert name is not None
 
         def from_header(record: Record, _parsed: Any) -> int:
+            missing = f"header {name!r} is absent"
             for header, data in record.headers:
                 if header == name:
+                    if data is None:  # a null header value holds no time
+                        missing = f"header {name!r} is null"
+                        break
                     try:
                         text = data.decode("utf-8")
                     except UnicodeDecodeError:
                         raise EventTimeError(INVALID_EVENT_TIME, f"header {name!r} is not UTF-8") from None
                     return parse_time_value(text, fmt, zone)
-            raise EventTimeError(MISSING_EVENT_TIME, f"header {name!r} is absent")
+            if record.value is None:  # a tombstone without the header: its record timestamp
+                return _check_range(record.timestamp_ms)
+            raise EventTimeError(MISSING_EVENT_TIME, missing)
 
         return from_header
     assert config.field is not None
     path = tuple(config.field.split("."))
 
-    def from_field(_record: Record, parsed: Any) -> int:
+    def from_field(record: Record, parsed: Any) -> int:
+        if record.value is None:  # a tombstone has no field to read: its record timestamp
+            return _check_range(record.timestamp_ms)
         node = parsed
         for part in path:
             if not isinstance(node, dict) or part not in node:

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from tidemark.exceptions import NotRetainedError, SourceUnavailableError
-from tidemark.records.model import Record
+from tidemark.records.model import Headers, Record
 from tidemark.sources import PartitionId
 
 #: how long the first answer of a read may take (a connection, SASL/IAM authentication)
@@ -184,17 +184,22 @@ class KafkaLog:
 
 def record_of(message: Any) -> Record:
     """A consumed message as the record the event source mapping would have delivered: a null
-    value (a tombstone) or header value reads as ``b""``, as the mapping's adapter reads it."""
+    value (a tombstone) stays ``None``, never ``b""``, as the mapping's adapter reads it."""
     _kind, timestamp = message.timestamp()
-    value = message.value() or b""
     return Record(
-        message.topic(), message.partition(), message.offset(), timestamp, value, message.key(), headers_of(message)
+        message.topic(),
+        message.partition(),
+        message.offset(),
+        timestamp,
+        message.value(),
+        message.key(),
+        headers_of(message),
     )
 
 
-def headers_of(message: Any) -> tuple[tuple[str, bytes], ...]:
-    """A consumed message's headers; a null header value reads as ``b""``."""
-    return tuple((str(name), bytes(data or b"")) for name, data in message.headers() or ())
+def headers_of(message: Any) -> Headers:
+    """A consumed message's headers; a null header value stays ``None``."""
+    return tuple((str(name), None if data is None else bytes(data)) for name, data in message.headers() or ())
 
 
 def client_or_error(client: Any, settings: dict[str, Any]) -> Any:

@@ -12,6 +12,13 @@ path into its JSON value. Each value becomes one folder level, made safe for any
 
 ``style: keys_and_values`` writes ``<name>=<value>`` (Hive) levels. The result is a pure function
 of the record, so a redelivered record always lands in the same buffer and object.
+
+A tombstone (a Kafka record whose value is null) has no value to read a ``_value.<path>`` from:
+those levels are ``__missing__`` whatever ``missing`` says (a delete is a record, not a record
+lacking a field: ``missing: dead_letter`` would dead-letter every tombstone). Its key, header,
+topic and partition levels are read as any record's, ``missing`` included. So a stream
+partitioned by a value field files its tombstones under that field's ``__missing__`` folder,
+in the hour of their event time (their record timestamp, ``tidemark.eventtime``).
 """
 
 from __future__ import annotations
@@ -104,6 +111,7 @@ class Partitioner:
         self.enabled = bool(config.fields)
         self.needs_value = any(field.field.startswith("_value.") for field in config.fields)
         self._fields = [(field, _getter(field)) for field in config.fields]
+        self._from_value = [field.field.startswith("_value.") for field in config.fields]
         self._hive = config.style == "keys_and_values"
         self._dead_letter_missing = config.missing == "dead_letter"
         self._max = config.max_value_length
@@ -114,18 +122,18 @@ class Partitioner:
         if not self.enabled:
             return ""
         values = tuple(get(record, parsed) for _field, get in self._fields)
+        if self._dead_letter_missing and None in values:  # (before the cache: it holds __missing__)
+            tombstone = record.value is None
+            for (field, _get), from_value, value in zip(self._fields, self._from_value, values, strict=True):
+                if value is None and not (tombstone and from_value):
+                    raise MissingPartitionValue(field.field)
         cacheable = sum(len(value) for value in values if value is not None) <= _CACHED_VALUE_BYTES
         folders = self._cache.get(values) if cacheable else None
         if folders is not None:
             return folders
         levels = []
         for (field, _get), value in zip(self._fields, values, strict=True):
-            if value is None:
-                if self._dead_letter_missing:
-                    raise MissingPartitionValue(field.field)
-                level = MISSING
-            else:
-                level = safe_level(value, self._max)
+            level = MISSING if value is None else safe_level(value, self._max)
             levels.append(f"{field.name}={level}" if self._hive else level)
         folders = "/".join(levels)
         if cacheable:  # bounded: at most _CACHED entries of at most _CACHED_VALUE_BYTES each

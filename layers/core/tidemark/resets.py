@@ -52,18 +52,26 @@ BELOW_WINDOW = "below_window"
 #: a redelivered batch holding a whole run holds that run's first record, which is marked
 MARK_GRID = 16
 
+#: what a null value and a null header value add to a fingerprint in place of the bytes: a
+#: tombstone's fingerprint then differs from an empty value's, and a null header's (``"\x01"``
+#: after its name) from an empty one's (``"\x00"`` after its name)
+_NULL_VALUE = b"\xfftidemark.null"
+_NULL_HEADER = b"\x01"
+
 #: the marks kept at some of the given offsets: offset -> every fingerprint recorded there
 MarkLookup = Callable[[Sequence[int]], Mapping[int, frozenset[int]]]
 
 
 def fingerprint(record: Record) -> int:
     """CRC-32 of what the producer wrote (never of what the archiver derived from it, so a
-    changed configuration does not make a redelivery look different)."""
+    changed configuration does not make a redelivery look different). A null value (a
+    tombstone) or a null header value adds a marker no non-null one adds in its place, so the
+    fingerprint of a record without nulls is what it always was (marks in ledgers stay valid)."""
     crc = zlib.crc32(record.timestamp_ms.to_bytes(8, "little", signed=True))
     crc = zlib.crc32(b"\x00" if record.key is None else b"\x01" + record.key, crc)
-    crc = zlib.crc32(record.value, crc)
+    crc = zlib.crc32(_NULL_VALUE if record.value is None else record.value, crc)
     for name, data in record.headers:
-        crc = zlib.crc32(name.encode("utf-8") + b"\x00" + data, crc)
+        crc = zlib.crc32(name.encode("utf-8") + (_NULL_HEADER if data is None else b"\x00" + data), crc)
     return crc
 
 

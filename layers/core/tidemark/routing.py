@@ -19,6 +19,13 @@ skips (numbers that overflow a double, bytes that are not UTF-8, nesting past 10
 too, as do values msgspec refuses and float event times.
 ``tests/unit/test_router_equivalence.py`` holds the two to the same verdicts on generated
 awkward input.
+
+A tombstone (a Kafka record whose value is null) is a record, never an error: it has no value
+to check against the value encoding or a declared value schema, its event time is its record
+timestamp where the configured field or header cannot be read (``tidemark.eventtime``), and
+its ``partition_by`` levels read from the value are ``__missing__`` whatever ``missing`` says
+(``tidemark.partitioning``). It is dead-lettered only for what any record is (oversized key and
+headers, a key or header that is not text, an unusable record timestamp, ...).
 """
 
 from __future__ import annotations
@@ -48,7 +55,8 @@ from tidemark.eventtime import (
 )
 from tidemark.exceptions import UnsafePathError
 from tidemark.partitioning import MissingPartitionValue, Partitioner
-from tidemark.records.model import Record
+from tidemark.records.model import Headers, Record
+from tidemark.records.rabbitmq import UNDECODABLE_HEADER
 from tidemark.valuepath import UnrenderableField, cell
 from tidemark.valueschema import ValueSchema
 
@@ -61,6 +69,8 @@ MISSING_PARTITION_VALUE = "missing_partition_value"
 MULTILINE_TEXT = "multiline_text_value"  # format text keeps one value per line
 UNRENDERABLE = "unrenderable_value"  # a field the format or a partition level needs cannot be written
 MISSING_MESSAGE_ID = "missing_message_id"  # RabbitMQ: no id under dedupe.id (message_id, header:<name>)
+#: RabbitMQ: a message the event showed in a way the decoder cannot read (``records.rabbitmq``)
+UNDECODABLE = "undecodable_message"
 
 
 class Rejected(Exception):
@@ -82,6 +92,7 @@ class Routed(NamedTuple):
 
 _FIELD_VALUE = attrgetter("value")  # of a jsonscan.field_decoder struct
 _KEY = attrgetter("key")  # of a Record
+_HEADERS = attrgetter("headers")  # of a Record
 _INT = frozenset({int})
 _archived = partial(tuple.__new__, Routed)  # Routed((buffer, "", event_ms, "")) without the Python-level __new__
 
@@ -128,10 +139,13 @@ class Router:
         self._from_field = event_time.source == "json_field"
         # a top-level event-time field is read by msgspec, a nested one by orjson (see _field_times)
         self._field_decoder = jsonscan.field_decoder(self._field_path[0]) if len(self._field_path) == 1 else None
-        self._header_codes: dict[tuple[tuple[str, bytes], ...], int] = {}
+        self._header_codes: dict[Headers, int] = {}
         # a source without offsets: a message must carry the id it is deduplicated by
         dedupe = stream.dedupe_settings.id if stream.source.shape.assigns_positions else None
         self._id_rule = dedupe if dedupe is not None and dedupe != CONTENT_SHA256 else None
+        # only the RabbitMQ decoder marks a record it could not read; a Kafka header of that name
+        # is a header like any other
+        self._marks_undecodable = stream.source.shape.assigns_positions
 
     def _some_lack_ids(self, records: Sequence[Record]) -> bool:
         """A queue's records, some without the id they are deduplicated by: those are dead letters,
@@ -143,6 +157,12 @@ class Router:
         rule = self._id_rule
         return any(message_id(record, rule) is None for record in records)
 
+    def _some_undecodable(self, records: Sequence[Record]) -> bool:
+        """A queue's records, some the decoder could not read: only ``route`` dead-letters those."""
+        if not self._marks_undecodable:
+            return False
+        return any(headers and headers[0][0] == UNDECODABLE_HEADER for headers in map(_HEADERS, records))
+
     def _key(self, kind: str, hour: str, folders: str = "") -> BufferKey:
         key = self._keys.get((kind, hour, folders))
         if key is None:
@@ -153,11 +173,14 @@ class Router:
 
     def _check(self, record: Record) -> object:
         """Validate the record's bytes; return the parsed JSON value when the stream needs it."""
+        if self._marks_undecodable and record.headers and record.headers[0][0] == UNDECODABLE_HEADER:
+            raise Rejected(UNDECODABLE, (record.headers[0][1] or b"").decode("utf-8", "replace"))
         if self._id_rule is not None and message_id(record, self._id_rule) is None:
             raise Rejected(MISSING_MESSAGE_ID, f"no id under dedupe.id {self._id_rule!r}: it cannot be deduplicated")
-        size = len(record.value) + (len(record.key) if record.key else 0)
+        value = record.value
+        size = (len(value) if value else 0) + (len(record.key) if record.key else 0)
         if record.headers:
-            size += sum(len(name.encode("utf-8")) + len(data) for name, data in record.headers)
+            size += sum(len(name.encode("utf-8")) + (len(data) if data else 0) for name, data in record.headers)
         if size > self._max_bytes:
             raise Rejected(OVERSIZED, f"record is {size} bytes (key, value and headers), limit {self._max_bytes}")
         if self._key_text and record.key is not None:
@@ -168,13 +191,16 @@ class Router:
         if self._headers_text:
             for name, data in record.headers:
                 try:
-                    data.decode("utf-8")
+                    if data is not None:
+                        data.decode("utf-8")
                 except UnicodeDecodeError:
                     raise Rejected(INVALID_HEADER, f"header {name!r} is not UTF-8") from None
         parsed: object = None
+        if value is None:  # a tombstone: no value to check or parse
+            return None
         if self._value_encoding == "json":
             try:
-                parsed = orjson.loads(record.value)
+                parsed = orjson.loads(value)
             except orjson.JSONDecodeError as exc:
                 raise Rejected(INVALID_VALUE, f"value is not JSON ({exc})") from None
             if self._schema is not None and (why := self._schema.mismatch(parsed)) is not None:
@@ -186,20 +212,25 @@ class Router:
                     raise Rejected(UNRENDERABLE, f"field {'.'.join(path)}: {exc}") from None
         elif self._value_encoding == "text":
             try:
-                record.value.decode("utf-8")
+                value.decode("utf-8")
             except UnicodeDecodeError:
                 raise Rejected(INVALID_VALUE, "value is not UTF-8") from None
-            if self._one_line and (b"\n" in record.value or b"\r" in record.value):
+            if self._one_line and (b"\n" in value or b"\r" in value):
                 raise Rejected(MULTILINE_TEXT, "the text format keeps one value per line; this value has a line break")
         return parsed if self._needs_parse else None
 
     def route_batch(self, records: Sequence[Record]) -> list[Routed]:
         """``[self.route(record) for record in records]``, computed column at a time where the
         stream allows (see the module docstring)."""
-        if not self._batchable or len(records) < 2 or self._some_lack_ids(records):
+        if not self._batchable or len(records) < 2 or self._some_lack_ids(records) or self._some_undecodable(records):
             return [self.route(record) for record in records]
         _topics, _partitions, _offsets, timestamps, values, keys, headers, _schemas = zip(*records, strict=True)
+        tombstones: list[int] = []
+        if None in values:  # tombstones are routed one by one (below); "{}" holds their place
+            tombstones = [index for index, value in enumerate(values) if value is None]
+            values = tuple(b"{}" if value is None else value for value in values)
         unsure = self._unsure_bytes(values, keys, headers)
+        unsure.update(tombstones)
         if self._from_field:
             event_times = self._field_times(values)
         else:
@@ -222,7 +253,7 @@ class Router:
         self,
         values: Sequence[bytes],
         keys: Sequence[bytes | None],
-        headers: Sequence[tuple[tuple[str, bytes], ...]],
+        headers: Sequence[Headers],
     ) -> set[int]:
         """Records that may be oversized or carry text that may not be UTF-8: ``route`` decides them."""
         unsure: set[int] = set()
@@ -243,14 +274,14 @@ class Router:
             unsure.update(index for index, code in enumerate(codes) if code < 0)
         return unsure
 
-    def _header_code(self, pairs: tuple[tuple[str, bytes], ...]) -> int:
+    def _header_code(self, pairs: Headers) -> int:
         """The bytes of a record's headers as ``_check`` counts them, or its complement (``~size``)
         when some header's data is not ASCII (so may not be UTF-8). Cached: records mostly carry
         the same few headers."""
         code = self._header_codes.get(pairs)
         if code is None:
-            size = sum(len(name.encode("utf-8")) + len(data) for name, data in pairs)
-            code = size if all(data.isascii() for _name, data in pairs) else ~size
+            size = sum(len(name.encode("utf-8")) + (len(data) if data else 0) for name, data in pairs)
+            code = size if all(data is None or data.isascii() for _name, data in pairs) else ~size
             if len(self._header_codes) > 4096:
                 self._header_codes.clear()
             self._header_codes[pairs] = code

@@ -79,6 +79,12 @@ class SourceShape:
     #: the archiver numbers the messages it accepts, in acceptance order, after dropping the ids
     #: it has already archived (``tidemark.dedupe``). Such a source has one partition: 0.
     assigns_positions: bool = False
+    #: whether a record's value may be null -- a tombstone: a compacted topic's or a CDC delete --
+    #: and a header's value too. Only Kafka's may: a Kinesis record always has data, a RabbitMQ
+    #: message a body, and neither has null header values. The formats type the value (and a
+    #: header's value) as nullable for such a source only, so other sources' objects are what
+    #: they were before tombstones were archived.
+    tombstones: bool = False
 
     def position_text(self, position: int) -> str:
         return f"{position:0{self.position_digits}d}"
@@ -89,6 +95,7 @@ KAFKA_SHAPE = SourceShape(
     EnvelopeNames("topic", "partition", "offset", "timestamp", "key", "headers", False, False),
     KAFKA_POSITION_DIGITS,
     10,
+    tombstones=True,
 )
 KINESIS_SHAPE = SourceShape(
     KINESIS,

@@ -20,16 +20,13 @@ from tidemark.formats import RenderSpec, format_of, kind_of_key
 from tidemark.formats.base import ArchivedEnvelope
 from tidemark.objects.keys import epoch_of_key, folders_of_key, hour_of_key, positions_of_key, source_of_key
 from tidemark.partitioning import MissingPartitionValue, Partitioner
-from tidemark.records.model import Record, Schemas
+from tidemark.records.model import Headers, Record, Schemas
 from tidemark.sources import PartitionId, shape_of
 from tidemark.valuepath import cell
 from tidemark.writer.stream import render_spec
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
-
-
-Headers = tuple[tuple[str, bytes], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +49,7 @@ class ArchivedRecord:
     offset: int
     key: str  # S3 object key it was found in
     folder: str  # yyyy/mm/dd/hh of that key
-    value: bytes
+    value: bytes | None  # None: a tombstone (the format keeps it null)
     dead_letter: bool
     error: str
     meta: RecordMeta
@@ -66,7 +63,7 @@ class ArchivedRecord:
 class ExpectedRecord:
     partition: PartitionId
     offset: int
-    value: bytes
+    value: bytes | None  # None: a tombstone
     hour: str | None  # expected event-hour label, None when it must be dead-lettered
     meta: RecordMeta | None = None  # topic, key and headers; None: not checked
     epoch: int = 0  # the position epoch it must be archived in (a recreated topic repeats offsets)
@@ -82,6 +79,7 @@ class VerificationReport:
     produced: int = 0
     archived: int = 0
     dead_lettered: int = 0
+    tombstones: int = 0  # archived records whose value is null (counted in ``archived`` too)
     lost: list[Identity] = field(default_factory=list)
     duplicated: list[Identity] = field(default_factory=list)
     unexpected: list[Identity] = field(default_factory=list)
@@ -107,6 +105,7 @@ class VerificationReport:
             self.dead_letter_reasons[record.error.split(":", 1)[0]] += 1
         else:
             self.archived += 1
+            self.tombstones += record.value is None
             self.archived_by_partition[record.partition] += 1
             self.records_per_hour[record.folder] += 1
 
@@ -115,6 +114,7 @@ class VerificationReport:
             "produced": self.produced,
             "archived": self.archived,
             "dead_lettered": self.dead_lettered,
+            "tombstones": self.tombstones,
             "lost": len(self.lost),
             "duplicated": len(self.duplicated),
             "unexpected": len(self.unexpected),
@@ -206,7 +206,9 @@ def _archived(
     kept: frozenset[str],
     csv: bool,
 ) -> ArchivedRecord:
-    value = envelope.value if envelope.value is not None else orjson.dumps(envelope.fields)
+    value = envelope.value
+    if value is None and not envelope.tombstone:
+        value = orjson.dumps(envelope.fields)
     fields = envelope.fields
     if csv and fields is not None:
         fields = {CSV_FIELD + name: text for name, text in fields.items()}
@@ -293,7 +295,7 @@ class _Expected(Protocol):
     """What a checker knows a record must be (``ExpectedRecord``, ``ExpectedMessage``)."""
 
     @property
-    def value(self) -> bytes: ...
+    def value(self) -> bytes | None: ...
 
     @property
     def hour(self) -> str | None: ...
@@ -346,7 +348,9 @@ def _same_meta(record: ArchivedRecord, meta: RecordMeta) -> bool:
     )
 
 
-def _same_value(record: ArchivedRecord, produced: bytes, encoding: str) -> bool:
+def _same_value(record: ArchivedRecord, produced: bytes | None, encoding: str) -> bool:
+    if produced is None or record.value is None:  # a tombstone must be archived as one
+        return _same_tombstone(record, produced)
     if record.fields is None:
         if encoding == "json":
             return bool(orjson.loads(record.value) == orjson.loads(produced))
@@ -364,6 +368,19 @@ def _same_value(record: ArchivedRecord, produced: bytes, encoding: str) -> bool:
     return set(record.fields) >= set(original) and all(
         _same_typed(record.fields[name], original.get(name)) for name in record.fields
     )
+
+
+def _same_tombstone(record: ArchivedRecord, produced: bytes | None) -> bool:
+    """A tombstone (``produced`` None) archived as a null value; where the format cannot tell a
+    null from an empty value (text lines of a text or bytes stream: they keep nothing else) or
+    from a value lacking every field (csv without a ``value`` column), as what it shows."""
+    if produced is not None:
+        return False  # a value archived as a tombstone
+    if record.value is None:
+        return True
+    if not record.kept:  # a text object's line
+        return record.value == b""
+    return record.fields is not None and all(item is None for item in record.fields.values())
 
 
 def _same_typed(archived: Any, original: Any) -> bool:
@@ -386,7 +403,7 @@ def _expected_folders(config: StreamConfig | None) -> Callable[[ExpectedRecord],
             return None  # the expectation does not say: not judged
         meta = want.meta or RecordMeta(config.source.topic, None, ())
         record = Record(meta.topic, want.partition, want.offset, 0, want.value, meta.key, meta.headers)
-        parsed = orjson.loads(want.value) if partitioner.needs_value else None
+        parsed = orjson.loads(want.value) if partitioner.needs_value and want.value is not None else None
         try:
             return partitioner.folders(record, parsed)
         except MissingPartitionValue:

@@ -41,8 +41,9 @@ def parse(data: bytes) -> tuple[int, bytes]:
     return schema_id, data[HEADER_BYTES:]
 
 
-#: a record's key and value -> the schema references their bytes carry
-Detector = Callable[[bytes | None, bytes], Schemas]
+#: a record's key and value (either may be null: a tombstone has no value) -> the schema
+#: references their bytes carry
+Detector = Callable[[bytes | None, bytes | None], Schemas]
 
 
 def schema_id(data: bytes | None) -> str | None:
@@ -58,7 +59,7 @@ def detector(wire_format: str, *, key: bool, value: bool) -> Detector | None:
     if wire_format != "confluent" or not (key or value):
         return None
 
-    def detect(record_key: bytes | None, record_value: bytes) -> Schemas:
+    def detect(record_key: bytes | None, record_value: bytes | None) -> Schemas:
         found: list[SchemaRef] = []
         if key and (key_id := schema_id(record_key)) is not None:
             found.append(SchemaRef("key", "", key_id))

@@ -57,6 +57,15 @@ def demo(
     malformed_share: Annotated[
         float, typer.Option(min=0.0, max=1.0, help="Share of malformed records (not JSON, no or bad event time).")
     ] = 0.002,
+    tombstone_share: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="Kafka: share of tombstones among the orders (null values deleting earlier orders' keys, as a "
+            "compacted topic or a CDC connector has), checked archived and replayed as null values.",
+        ),
+    ] = 0.002,
     chaos: Annotated[
         bool,
         typer.Option(
@@ -184,7 +193,7 @@ def demo(
     """Run the pipeline end to end on this machine and check the archive record by record.
 
     Starts a Kafka-protocol broker and moto (S3 + DynamoDB) on free loopback ports, produces an
-    order workload (several event hours, late and malformed records), archives it through a
+    order workload (several event hours, late and malformed records, a few tombstones), archives it through a
     local event source mapping and the real archiver handler, drains the buffers, then reads
     every object back from S3. With `--source kinesis` the orders go to a Kinesis data stream on
     moto instead, one of whose shards is split mid-run; with `--source rabbitmq` to a RabbitMQ
@@ -202,7 +211,12 @@ def demo(
             shards=shards,
             split=split,
             workload=WorkloadSpec(
-                records=records, hours=hours, late_share=late_share, malformed_share=malformed_share, seed=seed
+                records=records,
+                hours=hours,
+                late_share=late_share,
+                malformed_share=malformed_share,
+                seed=seed,
+                tombstone_share=tombstone_share,
             ),
             workdir=workdir,
             stream=stream,

@@ -73,6 +73,15 @@ def render_result(console: Console, result: DemoResult) -> None:
         hours.add_row(hour, str(objects), str(data["records_per_hour"].get(hour, 0)))
     console.print(hours)
     console.print(f"late records produced: {data['late_produced']} (each filed under its own event hour)")
+    tombstones = data["tombstones"]
+    if tombstones is not None and tombstones["produced"]:
+        replayed = tombstones["replayed"]
+        console.print(
+            f"tombstones produced: {tombstones['produced']} (null values deleting earlier orders' keys); "
+            f"archived as null values: {tombstones['archived']}"
+            + ("" if replayed is None else f"; replayed as null values: {replayed}"),
+            markup=False,
+        )
 
     if report.dead_letter_reasons:
         reasons = _table("Dead letters (errors/ prefix)", "reason", "records")
@@ -181,7 +190,7 @@ def render_result(console: Console, result: DemoResult) -> None:
     audit = result.audit
     explained = f", {audit['gaps_explained']} offset gaps Kafka holds no records in" if audit["gaps_explained"] else ""
     console.print(
-        f"audit: {'clean' if audit['clean'] else 'FINDINGS'} ({audit['objects']} objects, "
+        f"audit: {_audit_verdict(audit)} ({audit['objects']} objects, "
         f"{audit['records']} records, {audit['partitions']} partitions{explained})"
     )
     for line in audit["findings"][:20]:
@@ -217,3 +226,11 @@ def render_result(console: Console, result: DemoResult) -> None:
         console.print(f"[bold green]PASS[/bold green]: {check['produced']} records exactly once ({verdict})")
     else:
         console.print(f"[bold red]FAIL[/bold red]: {verdict}")
+
+
+def _audit_verdict(audit: dict[str, Any]) -> str:
+    if not audit["clean"]:
+        return "FINDINGS"
+    return (
+        "clean" if audit["complete"] else f"no findings, but not proven whole ({audit['unchecked']} ranges not checked)"
+    )

@@ -14,6 +14,8 @@ from __future__ import annotations
 import hashlib
 from typing import Protocol
 
+from tidemark.records.model import Headers
+
 
 class Message(Protocol):
     """What an id is read from: a record as delivered, or a frame read back from staging."""
@@ -22,10 +24,10 @@ class Message(Protocol):
     def key(self) -> bytes | None: ...
 
     @property
-    def value(self) -> bytes: ...
+    def value(self) -> bytes | None: ...  # None only for a Kafka tombstone, never a queue's message
 
     @property
-    def headers(self) -> tuple[tuple[str, bytes], ...]: ...
+    def headers(self) -> Headers: ...
 
 
 MESSAGE_ID = "message_id"
@@ -39,7 +41,7 @@ def message_id(record: Message, rule: str) -> bytes | None:
     if rule == MESSAGE_ID:
         return record.key or None
     if rule == CONTENT_SHA256:
-        return hashlib.sha256(record.value).digest()
+        return hashlib.sha256(record.value or b"").digest()
     name = rule.removeprefix(HEADER_PREFIX)
     for header, value in record.headers:
         if header == name and value:
@@ -52,5 +54,5 @@ def digest(record: Message, rule: str) -> bytes:
     (the two never collide: each is hashed under its own prefix)."""
     found = message_id(record, rule)
     if found is None:
-        return hashlib.blake2b(record.value, digest_size=DIGEST_BYTES, person=b"tidemark.body").digest()
+        return hashlib.blake2b(record.value or b"", digest_size=DIGEST_BYTES, person=b"tidemark.body").digest()
     return hashlib.blake2b(found, digest_size=DIGEST_BYTES, person=b"tidemark.id").digest()

@@ -22,10 +22,11 @@ class AggregationUnavailableError(TidemarkError):
 
 
 def plain_counts(expected: Iterable[ExpectedRecord], group_by: list[str]) -> Counter[tuple[Any, ...]]:
-    """Records per (hour, group...) computed in plain Python from what was produced."""
+    """Records per (hour, group...) computed in plain Python from what was produced; the job
+    skips tombstones (they have no value to aggregate), and so does this."""
     counts: Counter[tuple[Any, ...]] = Counter()
     for item in expected:
-        if item.hour is not None:
+        if item.hour is not None and item.value is not None:
             value = orjson.loads(item.value)
             counts[(item.hour, *(value.get(column) for column in group_by))] += 1
     return counts

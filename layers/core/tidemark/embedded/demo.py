@@ -104,16 +104,28 @@ class DemoResult:
     shards: dict[str, Any] | None = None  # Kinesis: the shards, which one was split into which
     schema_registry: dict[str, Any] | None = None  # --avro: the local registry and the integration's rejections
     queue: dict[str, Any] | None = None  # RabbitMQ: the broker, what was published, acks, redeliveries, dedupe
+    tombstones: dict[str, int | None] | None = None  # Kafka: produced, archived and replayed with a null value
+
+    @property
+    def tombstones_kept(self) -> bool:
+        """Every tombstone produced is archived, and replayed (when the replay ran), as a null value."""
+        if self.tombstones is None:
+            return True
+        produced = self.tombstones["produced"]
+        replayed = self.tombstones["replayed"]
+        return self.tombstones["archived"] == produced and (replayed is None or replayed == produced)
 
     @property
     def ok(self) -> bool:
         report = self.verification
         return (
             report.ok
+            and self.tombstones_kept
             and report.archived + report.dead_lettered == report.produced
             and not self.ledger_only
             and not self.s3_only
             and self.audit["clean"]
+            and self.audit["complete"]
             and (self.replay is None or self.replay.get("equal", True))
             and (self.aggregation is None or all(self.aggregation["counts_match"].values()))
             and (self.shards is None or self.shards.get("parent_before_children", True))
@@ -142,6 +154,7 @@ class DemoResult:
                 for p in partitions
             },
             "late_produced": self.late_produced,
+            "tombstones": self.tombstones,
             "dead_letter_reasons": dict(sorted(report.dead_letter_reasons.items())),
             "objects_per_hour": dict(sorted(report.objects_per_hour.items())),
             "records_per_hour": dict(sorted(report.records_per_hour.items())),
@@ -395,6 +408,7 @@ class Demo:
                     "reasons": dict(fed.delivery.registry_reasons),
                 },
                 queue=fed.queue,
+                tombstones=_tombstones(expected, report, replay) if kind == KAFKA else None,
             )
 
     def _replay(
@@ -454,6 +468,15 @@ def _only(expected: Expected, kind: type[_E]) -> list[_E]:
     return items
 
 
+def _tombstones(expected: Expected, report: VerificationReport, replay: dict[str, Any] | None) -> dict[str, int | None]:
+    """Tombstones produced (a null value), found archived as null values by the checker (each is
+    also checked where it belongs, record by record) and replayed as null values (``None``: the
+    replay did not run)."""
+    produced = sum(1 for item in expected if isinstance(item, ExpectedRecord) and item.value is None)
+    replayed = None if replay is None or "not_run" in replay else int(replay.get("tombstones", 0))
+    return {"produced": produced, "archived": report.tombstones, "replayed": replayed}
+
+
 def run_sweeper(project_dir: Path, log: IO[str]) -> dict[str, Any]:
     """The sweeper state machine's steps, in its order, through the real sweeper handlers."""
     code = project_dir / "functions" / "sweeper"
@@ -496,6 +519,8 @@ def run_audit(aws: LocalAws, config: TidemarkConfig, stream: StreamConfig, boots
         report = Auditor(config, stream.name, ledger, aws.s3(), aws.bucket, probe=probe).run()
     return {
         "clean": report.clean,
+        "complete": report.complete,  # nothing left unchecked: proven whole
+        "unchecked": len(report.unchecked),
         "objects": report.objects,
         "records": report.records,
         "partitions": len(report.partitions),

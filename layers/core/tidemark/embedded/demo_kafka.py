@@ -1,11 +1,13 @@
 """The demo's Kafka source: the broker (Tansu, or ``--bootstrap-servers``), the producer and the
-local event source mapping (a consumer group), and ``--recreate-topic``'s second log. A stream
+local event source mapping (a consumer group), and ``--recreate-topic``'s second log. A few
+tombstones (null values deleting earlier orders' keys) go among the orders. A stream
 with ``source.schema_registry`` (``--avro``) gets the mapping's registry integration
 (``esm/registry.py``), signed in with the secret the config names, read from the local AWS."""
 
 from __future__ import annotations
 
 import contextlib
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import replace
@@ -24,7 +26,7 @@ from tidemark.embedded.esm.registry import RegistryDecoder
 from tidemark.embedded.kafka_clients import client_settings, kafka_client_log
 from tidemark.embedded.operator import EpochOperator
 from tidemark.embedded.ports import claim_port
-from tidemark.embedded.workload import Order, ensure_topic, produce, recreate_topic
+from tidemark.embedded.workload import Order, ensure_topic, produce, recreate_topic, with_tombstones
 from tidemark.records.esm import EventSource
 from tidemark.sources import KAFKA, PartitionId
 from tidemark.verify import ExpectedRecord
@@ -85,9 +87,15 @@ class KafkaRunner:
         self._aws = aws  # where the registry integration reads its credentials
 
     def feed(self, context: FeedContext) -> Feed:
-        options, stream, orders = context.options, context.stream, context.orders
+        options, stream = context.options, context.stream
+        # A Kafka topic also holds tombstones (a compacted topic's or a CDC connector's deletes).
+        orders = with_tombstones(context.orders, options.workload, int(time.time() * 1000), stream.event_time.timezone)
         topic = stream.source.topic
-        self.ui.step(f"producing {options.workload.records} orders to {topic!r} ({options.partitions} partitions)")
+        deletes = sum(order.tombstone for order in orders)
+        self.ui.step(
+            f"producing {options.workload.records} orders and {deletes} tombstones to {topic!r} "
+            f"({options.partitions} partitions)"
+        )
         ensure_topic(self.bootstrap, topic, options.partitions)
         # With --recreate-topic, half the orders go to the topic before it is recreated.
         first = orders[: len(orders) // 2] if options.recreate_topic else orders

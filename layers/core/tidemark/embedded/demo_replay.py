@@ -57,6 +57,7 @@ class ReplayCheck:
     out_of_order: list[Identity] = field(default_factory=list)
     different: list[Identity] = field(default_factory=list)
     timestamps_compared: int = 0
+    tombstones: int = 0  # records replayed with a null value (each also compared with what was produced)
 
     @property
     def equal(self) -> bool:
@@ -73,6 +74,7 @@ class ReplayCheck:
         return {
             "equal": self.equal,
             "records": self.records,
+            "tombstones": self.tombstones,
             "timestamps_compared": self.timestamps_compared,
             "missing": shown(self.missing),
             "duplicated": shown(self.duplicated),
@@ -215,7 +217,7 @@ def check_replay(
             for record in _all(log, partition):
                 check.records += 1
                 headers = dict(record.headers)
-                source = parse_source(headers.get(SOURCE_HEADER, b""))
+                source = parse_source(headers.get(SOURCE_HEADER) or b"")
                 if source is None or source[0] != stream.name:
                     check.unexpected.append(f"{topic}/{partition}@{record.offset}")
                     continue
@@ -228,6 +230,7 @@ def check_replay(
                     check.out_of_order.append(ident)
                 latest[origin] = max(latest.get(origin, (-1, -1)), (epoch, offset))
                 want = wanted.get(ident)
+                check.tombstones += record.value is None
                 if want is None:
                     check.unexpected.append(f"{topic}/{partition}@{record.offset}")
                 elif not _same(record, want, stream.encoding.value):
@@ -256,6 +259,8 @@ def _same(record: Record, want: ExpectedRecord, encoding: str) -> bool:
     headers = tuple(pair for pair in record.headers if pair[0] not in _TIDEMARK_HEADERS)
     if want.meta is None or record.key != want.meta.key or headers != want.meta.headers:
         return False
+    if record.value is None or want.value is None:  # a tombstone must come back as one
+        return record.value is want.value
     if encoding == "json" and want.hour is not None:  # archived as JSON text; dead letters keep their bytes
         return bool(orjson.loads(record.value) == orjson.loads(want.value))
     return record.value == want.value

@@ -127,7 +127,7 @@ def _chunks(orders: Iterable[Order]) -> Iterator[list[Order]]:
     chunk: list[Order] = []
     size = 0
     for order in orders:
-        bytes_of = len(order.value) + len(order.key)
+        bytes_of = len(order.payload) + len(order.key)
         if chunk and (len(chunk) == PUT_RECORDS_MAX or size + bytes_of > PUT_RECORDS_MAX_BYTES):
             yield chunk
             chunk, size = [], 0
@@ -154,7 +154,7 @@ def put_orders(
     for chunk in _chunks(orders):
         pending = chunk
         for _attempt in range(PUT_ATTEMPTS):
-            entries = [{"Data": order.value, "PartitionKey": order.key.decode("utf-8")} for order in pending]
+            entries = [{"Data": order.payload, "PartitionKey": order.key.decode("utf-8")} for order in pending]
             reply = client.put_records(StreamName=stream.name, Records=entries)
             failed: list[Order] = []
             for order, entry in zip(pending, reply["Records"], strict=True):

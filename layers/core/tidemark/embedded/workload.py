@@ -7,7 +7,10 @@ worked out here from the values the generator chose, independently of the archiv
 the partition and offset the broker assigned (from the delivery reports). ``workload_avro`` turns
 the same orders into Avro values for a schema registry (``tidemark demo --avro``);
 ``queue_workload`` makes them messages of a RabbitMQ queue, known by their message ids
-(``tidemark demo --source rabbitmq``).
+(``tidemark demo --source rabbitmq``). A Kafka topic also gets a few tombstones among the orders
+(``with_tombstones``: a null value deleting an earlier order's key, as a compacted topic or a
+CDC connector has), which must be archived and replayed as null values; Kinesis and RabbitMQ
+have no tombstones.
 """
 
 from __future__ import annotations
@@ -49,11 +52,17 @@ class WorkloadSpec:
     late_share: float = 0.03
     malformed_share: float = 0.002
     seed: int = 7
+    tombstone_share: float = 0.002  # Kafka: tombstones among the orders (``with_tombstones``)
 
     def __post_init__(self) -> None:
         if self.records < 1 or self.hours < 1:
             raise ValueError("records and hours must be at least 1")
-        for name, share in (("late_share", self.late_share), ("malformed_share", self.malformed_share)):
+        shares = (
+            ("late_share", self.late_share),
+            ("malformed_share", self.malformed_share),
+            ("tombstone_share", self.tombstone_share),
+        )
+        for name, share in shares:
             if not 0 <= share <= 1:
                 raise ValueError(f"{name} must be between 0 and 1, got {share}")
 
@@ -61,12 +70,25 @@ class WorkloadSpec:
 @dataclass(frozen=True, slots=True)
 class Order:
     key: bytes
-    value: bytes
+    value: bytes | None  # None: a tombstone (Kafka only)
     headers: list[tuple[str, str | bytes | None]]
     hour: str | None  # expected event-hour label, None: must be dead-lettered
     late: bool
     archived: bytes | None = None  # the value the archive must hold when not ``value`` (a registry decodes it)
     schemas: Schemas = ()  # the schema references the archive must keep (``--avro``: the value's id)
+    timestamp_ms: int | None = None  # the record timestamp to produce with (None: the producer's clock)
+
+    @property
+    def tombstone(self) -> bool:
+        return self.value is None
+
+    @property
+    def payload(self) -> bytes:
+        """The value of an order that is no tombstone: what a Kinesis record, a queue message or
+        an Avro order is made of (none of them can be a tombstone)."""
+        if self.value is None:
+            raise ValueError(f"key {self.key!r}: a tombstone has no value (only a Kafka topic holds them)")
+        return self.value
 
 
 def _iso(ms: int) -> str:
@@ -113,6 +135,29 @@ def generate(
                 value = orjson.dumps({**order, "created_at": "yesterday"})
         headers: list[tuple[str, str | bytes | None]] = [("channel", rng.choice(CHANNELS)), ("schema", b"orders/v1")]
         yield Order(customer.encode(), value, headers, hour, late and hour is not None)
+
+
+def with_tombstones(orders: list[Order], spec: WorkloadSpec, now_ms: int, timezone: str = "UTC") -> list[Order]:
+    """``orders`` with about ``spec.tombstone_share`` tombstones among them (at least a few even in
+    short runs, at fixed positions): each deletes the key of an order a little before it, with a
+    null value, an ``op: d`` header and a null ``trace`` header value. A tombstone has no value to
+    read an event time from: it is filed under the hour of its record timestamp, which it is
+    produced with (the time of its place in the run), so its hour is known here."""
+    every = max(2, min(round(1 / spec.tombstone_share), len(orders) // 3)) if spec.tombstone_share else 0
+    if not every or len(orders) < 2:
+        return list(orders)
+    zone = ZoneInfo(timezone)
+    span = spec.hours * HOUR_MS
+    found: list[Order] = []
+    for index, order in enumerate(orders):
+        found.append(order)
+        if index % every == every - 1:
+            deleted = orders[max(0, index - every // 2)]
+            stamp = now_ms - span + span * index // len(orders)
+            hour = datetime.fromtimestamp(stamp / 1000, zone).strftime("%Y-%m-%dT%H")
+            headers: list[tuple[str, str | bytes | None]] = [("op", b"d"), ("trace", None)]
+            found.append(Order(deleted.key, None, headers, hour, late=False, timestamp_ms=stamp))
+    return found
 
 
 def ensure_topic(bootstrap: str, topic: str, partitions: int, timeout_s: float = 15.0) -> None:
@@ -185,7 +230,8 @@ def produce(
             partition, offset = message.partition(), message.offset()
             assert partition is not None and offset is not None
             headers = tuple(
-                (name, data if isinstance(data, bytes) else (data or "").encode()) for name, data in order.headers
+                (name, data if isinstance(data, bytes) or data is None else data.encode())
+                for name, data in order.headers
             )
             meta = RecordMeta(topic, order.key, headers, order.schemas)
             value = order.value if order.archived is None else order.archived
@@ -197,7 +243,14 @@ def produce(
     for order in orders:
         while True:
             try:
-                producer.produce(topic, order.value, order.key, headers=order.headers, on_delivery=delivered(order))
+                producer.produce(
+                    topic,
+                    order.value,  # None: a tombstone
+                    order.key,
+                    headers=order.headers,
+                    on_delivery=delivered(order),
+                    timestamp=order.timestamp_ms or 0,  # 0: the producer's clock
+                )
                 break
             except BufferError:  # local queue full: let deliveries drain
                 producer.poll(0.1)
@@ -308,11 +361,11 @@ def queue_workload(
             later.setdefault(at, []).append(QueueMessage(order, message.message_id, retry=True))
         headers = message.archived_headers()
         key = None if message.message_id is None else message.message_id.encode()
-        shaped = Record("", 0, 0, 0, order.value, key, headers)
+        shaped = Record("", 0, 0, 0, order.payload, key, headers)
         found = message_id(shaped, dedupe_id)
         ident = found if found is not None and dedupe_id != CONTENT_SHA256 else digest(shaped, dedupe_id)
         hour = order.hour if found is not None else None
-        expected.setdefault(ident, ExpectedMessage(ident, order.value, hour, RecordMeta(queue, key, headers)))
+        expected.setdefault(ident, ExpectedMessage(ident, order.payload, hour, RecordMeta(queue, key, headers)))
     for retries in later.values():  # none left: a retry goes at most to the last position
         sequence.extend(retries)
     return QueueWorkload(sequence, list(expected.values()))

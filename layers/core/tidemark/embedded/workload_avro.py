@@ -91,7 +91,7 @@ class AvroOrders:
         refs = (SchemaRef("value", AVRO, str(self.schema_id)),)
         encoded = []
         for order in orders:
-            fields = orjson.loads(order.value)
+            fields = orjson.loads(order.payload)
             datum = {name: fields.get(name) for name in names}  # created_at None when absent
             payload = io.BytesIO()
             fastavro.schemaless_writer(payload, parsed, datum)

@@ -8,12 +8,15 @@ Writer schema (:mod:`tidemark.formats.avro_schema`), record ``tidemark.Envelope`
     timestamp   long                                  Kafka record timestamp, epoch ms (-1 when unset)
     event_time  long, logicalType timestamp-millis
     key         ["null", string | bytes], default null string for key_encoding text, bytes for bytes
-    value       string | bytes | tidemark.Value       string: the JSON text (value_encoding json) or
+    value       ["null", string | bytes | tidemark.Value], default null (Kinesis: no "null")
+                                                      string: the JSON text (value_encoding json) or
                                                       the text (text); bytes for bytes; with a
                                                       declared value_schema a record ``Value`` of its
                                                       fields: string, long, double, boolean
-                                                      (nullable ones ["null", T], default null)
-    headers     array of tidemark.Header {key: string, value: string | bytes}
+                                                      (nullable ones ["null", T], default null);
+                                                      null for a Kafka tombstone (a JSON value that
+                                                      is the text ``null`` is the string "null")
+    headers     array of tidemark.Header {key: string, value: ["null", string | bytes], default null}
     key_schema  ["null", tidemark.SchemaRef {format: ["null", string], id: string}], default null
     value_schema  the same                       only with schema references (``RenderSpec.schema_refs``):
                                                  the schema the key / value was written with
@@ -167,6 +170,15 @@ def _value_of(context: RenderContext) -> Callable[[bytes], Any]:
     return _same if context.value_encoding == "bytes" else _text
 
 
+def _or_null(convert: Callable[[bytes], Any]) -> Callable[[bytes | None], Any]:
+    """``convert``, with a null (a tombstone's value, a null header value) kept null."""
+
+    def nullable(data: bytes | None) -> Any:
+        return None if data is None else convert(data)
+
+    return nullable
+
+
 def _epoch_ms(stamp: Any) -> int:
     """A ``timestamp-millis`` field (fastavro gives a datetime) or a plain long, as epoch ms."""
     if isinstance(stamp, datetime):
@@ -207,8 +219,8 @@ class AvroFormat:
         text = names.position_is_text
         topic, partition = context.topic, str(context.partition) if text else context.partition
         key_of = _text if context.key_encoding == "text" else _same
-        header_of = _text if context.header_encoding == "text" else _same
-        value_of = _value_of(context)
+        header_of = _or_null(_text if context.header_encoding == "text" else _same)
+        value_of = _or_null(_value_of(context))
         source, partition_name, position, stamp, key_name, headers_name = (
             names.source,
             names.partition,
@@ -268,4 +280,5 @@ class AvroFormat:
                 headers,
                 value if isinstance(value, dict) else None,
                 schemas=schema_refs.from_envelope(record),
+                tombstone=value is None,
             )

@@ -8,6 +8,12 @@ envelope (``RenderContext.envelope``): positions and partition ids are strings w
 ``position_is_text`` (Kinesis: a sequence number overflows a long), the record timestamp a
 ``timestamp-millis`` long when the source writes it as an instant (``timestamp_in_seconds``;
 Kafka's may be -1, a plain long), and there is a headers field when the source has headers.
+
+For Kafka (``SourceShape.tombstones``) the value and a header's value are unions with ``null``
+(a tombstone's value, a null header value), ``"null"`` first with a ``null`` default as for the
+key. A Glue table reading with this schema reads objects written before (plain
+``string``/``bytes``/record) as well: Avro's schema resolution takes a writer's non-union type
+for a reader union holding it. Kinesis and RabbitMQ records are never null: theirs stay plain.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from tidemark.formats.base import RenderContext, ValueColumn
+from tidemark.sources import shape_of
 
 _TIMESTAMP = {"type": "long", "logicalType": "timestamp-millis"}
 
@@ -33,6 +40,7 @@ def avro_schema(context: RenderContext) -> dict[str, Any]:
     else:
         value = _string_or_bytes(context.value_encoding)
     names = context.envelope
+    nulls = shape_of(context.source).tombstones
     fields: list[dict[str, Any]] = [
         {"name": names.source, "type": "string"},
         {"name": names.partition, "type": "string" if names.position_is_text else "int"},
@@ -40,15 +48,16 @@ def avro_schema(context: RenderContext) -> dict[str, Any]:
         {"name": names.timestamp, "type": dict(_TIMESTAMP) if names.timestamp_in_seconds else "long"},
         {"name": "event_time", "type": dict(_TIMESTAMP)},
         {"name": names.key, "type": ["null", _string_or_bytes(context.key_encoding)], "default": None},
-        {"name": "value", "type": value},
+        _nullable("value", value) if nulls else {"name": "value", "type": value},
     ]
     if names.headers is not None:
+        header_value = _string_or_bytes(context.header_encoding)
         header = {
             "type": "record",
             "name": "Header",
             "fields": [
                 {"name": "key", "type": "string"},
-                {"name": "value", "type": _string_or_bytes(context.header_encoding)},
+                _nullable("value", header_value) if nulls else {"name": "value", "type": header_value},
             ],
         }
         fields.append({"name": names.headers, "type": {"type": "array", "items": header}})
@@ -65,6 +74,10 @@ def avro_schema(context: RenderContext) -> dict[str, Any]:
             fields.append({"name": name, "type": ["null", ref], "default": None})
             ref = "SchemaRef"  # a named type is defined once
     return {"type": "record", "name": "Envelope", "namespace": "tidemark", "fields": fields}
+
+
+def _nullable(name: str, kind: Any) -> dict[str, Any]:
+    return {"name": name, "type": ["null", kind], "default": None}
 
 
 def _value_field(column: ValueColumn) -> dict[str, Any]:

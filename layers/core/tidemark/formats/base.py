@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import BinaryIO, NamedTuple, Protocol
 
 from tidemark.formats.compression import ZSTD_LEVEL
-from tidemark.records.model import Schemas
+from tidemark.records.model import Headers, Schemas
 from tidemark.sources import KAFKA, EnvelopeNames, PartitionId, shape_of
 from tidemark.staging.frames import Frame
 
@@ -146,7 +146,10 @@ class ArchivedEnvelope:
 
     ``value`` is the value's bytes as the format holds them (JSON text for json values, the
     original bytes otherwise); ``fields`` is set instead when the format stored typed columns
-    (a declared value schema) or flattened value paths (csv)."""
+    (a declared value schema) or flattened value paths (csv). ``tombstone``: the record's value
+    is null (a Kafka tombstone), so ``value`` is ``None`` and ``fields`` too, or -- csv
+    ``value.<path>`` columns -- every field ``None``; set wherever the format tells a null value
+    from an empty one (every format but text, whose lines keep only values)."""
 
     topic: str | None  # the source log (a Kafka topic, a Kinesis stream)
     partition: PartitionId | None  # a Kafka partition, a Kinesis shard id
@@ -155,10 +158,11 @@ class ArchivedEnvelope:
     event_time_ms: int | None
     key: bytes | None
     value: bytes | None
-    headers: tuple[tuple[str, bytes], ...] | None
+    headers: Headers | None
     fields: dict[str, object] | None = None
     error: str = ""  # dead letters (JSON Lines only): the reason
     schemas: Schemas | None = None  # the record's schema references; None: it has none, or the format keeps none
+    tombstone: bool = False  # the value is null (see above)
 
 
 class ObjectFormat(Protocol):

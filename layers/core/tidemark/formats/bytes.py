@@ -24,6 +24,24 @@ length-prefixed::
                | value_len u32 | value
                | header_count u32 | header*
 
+Version 3, for Kafka (whose records may be tombstones): version 1 in which a value and a header
+value may be null, as a key always could. It differs from version 1 in exactly those two
+lengths, now signed::
+
+    file    := magic "TMRB" | version u16 (= 3) | partition i32 | topic_len u16 | topic (UTF-8)
+               | record*
+    record  := offset i64 | timestamp i64 | event_time i64
+               | key_len i32 (-1 = null key) | key
+               | value_len i32 (-1 = null value: a tombstone) | value
+               | header_count u32 | header*
+    header  := name_len u32 | name (UTF-8) | value_len i32 (-1 = null value) | value
+
+Kafka objects are written as version 3 whether or not they hold a null (a format writes its
+header before it meets its records); RabbitMQ objects stay version 1 and Kinesis objects
+version 2, byte for byte: neither source has tombstones or null header values (a null reaching
+them raises ``ValueError``). A reader that predates version 3 refuses such an object by its
+version (``not a tidemark bytes object (..., version 3)``), never misreads it.
+
 ``topic`` is the source log (a Kafka topic, a Kinesis stream's name), ``partition`` a Kafka
 partition or a Kinesis shard id, a position a Kafka offset or a Kinesis sequence number.
 ``timestamp`` is the source's record timestamp (Kafka: epoch ms, -1 when unset; Kinesis: the
@@ -31,8 +49,7 @@ approximate arrival timestamp, epoch ms), ``event_time`` the event time the reco
 under (epoch ms). Kinesis records have no headers: their ``header_count`` is always 0. Records
 follow each other in position order up to the end of the (decompressed) object; there is no
 index or trailer. Compression ``zstd`` (a stream's default), ``gzip`` or ``none`` around the whole
-layout. An object says its version, so it reads back without knowing its source kind; Kafka's
-objects are version 1, byte for byte as before version 2 existed.
+layout. An object says its version, so it reads back without knowing its source kind.
 
 Reading it needs nothing but ``struct``::
 
@@ -48,13 +65,14 @@ from typing import BinaryIO
 
 from tidemark.formats.base import ArchivedEnvelope, RenderContext
 from tidemark.formats.compression import ZSTD_LEVEL, chunked, compressed, decompress, extension
-from tidemark.sources import PartitionId
+from tidemark.sources import PartitionId, shape_of
 from tidemark.staging.frames import Frame
 
 MAGIC = b"TMRB"
-VERSION = 1  # numeric positions (Kafka)
+VERSION = 1  # numeric positions (RabbitMQ; Kafka before version 3)
 TEXT_POSITIONS_VERSION = 2  # positions and partition ids as text (Kinesis)
-VERSIONS = (VERSION, TEXT_POSITIONS_VERSION)
+NULLS_VERSION = 3  # version 1 with null values and null header values (Kafka)
+VERSIONS = (VERSION, TEXT_POSITIONS_VERSION, NULLS_VERSION)
 FILE_HEADER = struct.Struct(">4sHiH")  # magic, version, partition, topic length
 FILE_HEADER_2 = struct.Struct(">4sHH")  # magic, version, partition length (then partition, topic)
 RECORD_HEAD = struct.Struct(">qqqi")  # offset, timestamp, event_time, key length (-1 = null)
@@ -62,17 +80,21 @@ RECORD_TAIL_2 = struct.Struct(">qqi")  # after the position: timestamp, event_ti
 U8 = struct.Struct(">B")
 U16 = struct.Struct(">H")
 U32 = struct.Struct(">I")
+I32 = struct.Struct(">i")
 CHUNK_ROWS = 512
 CHUNK_BYTES = 4 * 1024 * 1024
 
 
 def _key_to_headers(frame: Frame, head: bytes) -> bytes:
-    """``head`` (the record's position and times), then key, value and headers: every version."""
-    key = frame.key
-    parts = [head, key or b"", U32.pack(len(frame.value)), frame.value, U32.pack(len(frame.headers))]
+    """``head`` (the record's position and times), then key, value and headers: versions 1 and 2,
+    which hold no nulls but the key."""
+    key, value = frame.key, frame.value
+    if value is None or any(data is None for _name, data in frame.headers):
+        raise ValueError(f"position {frame.offset}: a null value or header value needs a Kafka (version 3) object")
+    parts = [head, key or b"", U32.pack(len(value)), value, U32.pack(len(frame.headers))]
     for name, data in frame.headers:
         name_bytes = name.encode("utf-8")
-        parts += [U32.pack(len(name_bytes)), name_bytes, U32.pack(len(data)), data]
+        parts += [U32.pack(len(name_bytes)), name_bytes, U32.pack(len(data or b"")), data or b""]
     return b"".join(parts)
 
 
@@ -80,6 +102,22 @@ def encode_record(frame: Frame) -> bytes:
     """A version 1 record (a 64-bit offset)."""
     key_len = -1 if frame.key is None else len(frame.key)
     return _key_to_headers(frame, RECORD_HEAD.pack(frame.offset, frame.timestamp_ms, frame.event_time_ms, key_len))
+
+
+def encode_record_3(frame: Frame) -> bytes:
+    """A version 3 record: version 1's, a null value or header value as length -1."""
+    key, value = frame.key, frame.value
+    parts = [
+        RECORD_HEAD.pack(frame.offset, frame.timestamp_ms, frame.event_time_ms, -1 if key is None else len(key)),
+        key or b"",
+        I32.pack(-1 if value is None else len(value)),
+        value or b"",
+        U32.pack(len(frame.headers)),
+    ]
+    for name, data in frame.headers:
+        name_bytes = name.encode("utf-8")
+        parts += [U32.pack(len(name_bytes)), name_bytes, I32.pack(-1 if data is None else len(data)), data or b""]
+    return b"".join(parts)
 
 
 def encode_record_2(frame: Frame) -> bytes:
@@ -121,8 +159,9 @@ class BytesFormat:
             )
             encode = encode_record_2
         else:
-            header = FILE_HEADER.pack(MAGIC, VERSION, context.partition, len(topic)) + topic
-            encode = encode_record
+            nulls = shape_of(context.source).tombstones  # Kafka's: tombstones, null header values
+            header = FILE_HEADER.pack(MAGIC, NULLS_VERSION if nulls else VERSION, context.partition, len(topic)) + topic
+            encode = encode_record_3 if nulls else encode_record
         count = 0
         with compressed(out, self.compression, self.gzip_level, self.zstd_level) as sink:
             sink.write(header)
@@ -144,7 +183,9 @@ class BytesFormat:
         pos = 6
         try:
             partition: PartitionId
-            if version == VERSION:
+            text_positions = version == TEXT_POSITIONS_VERSION
+            length = I32 if version == NULLS_VERSION else U32  # of a value and a header value
+            if not text_positions:
                 partition, topic_len = struct.unpack_from(">iH", data, pos)
                 pos += 6
             else:
@@ -159,7 +200,7 @@ class BytesFormat:
             pos += topic_len
             end = len(data)
             while pos < end:
-                if version == VERSION:
+                if not text_positions:
                     offset, timestamp, event_time, key_len = RECORD_HEAD.unpack_from(data, pos)
                     pos += RECORD_HEAD.size
                 else:
@@ -175,22 +216,24 @@ class BytesFormat:
                 if key_len >= 0:
                     key = data[pos : pos + key_len]
                     pos += key_len
-                (value_len,) = U32.unpack_from(data, pos)
+                (value_len,) = length.unpack_from(data, pos)
                 pos += 4
-                value = data[pos : pos + value_len]
-                pos += value_len
+                value = None if value_len < 0 else data[pos : pos + value_len]
+                pos += max(value_len, 0)
                 (count,) = U32.unpack_from(data, pos)
                 pos += 4
-                headers = []
+                headers: list[tuple[str, bytes | None]] = []
                 for _ in range(count):
                     (name_len,) = U32.unpack_from(data, pos)
                     name = data[pos + 4 : pos + 4 + name_len].decode("utf-8")
                     pos += 4 + name_len
-                    (data_len,) = U32.unpack_from(data, pos)
-                    headers.append((name, data[pos + 4 : pos + 4 + data_len]))
-                    pos += 4 + data_len
+                    (data_len,) = length.unpack_from(data, pos)
+                    headers.append((name, None if data_len < 0 else data[pos + 4 : pos + 4 + data_len]))
+                    pos += 4 + max(data_len, 0)
                 if pos > end:
                     raise struct.error("record runs past the end")
-                yield ArchivedEnvelope(topic, partition, offset, timestamp, event_time, key, value, tuple(headers))
+                yield ArchivedEnvelope(
+                    topic, partition, offset, timestamp, event_time, key, value, tuple(headers), tombstone=value is None
+                )
         except struct.error as exc:
             raise ValueError(f"truncated or corrupt bytes object at byte {pos}: {exc}") from None

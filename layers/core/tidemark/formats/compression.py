@@ -146,7 +146,7 @@ def chunked(frames: Iterable[Frame], max_rows: int, max_bytes: int) -> Iterator[
         if frame.kind == DEAD_LETTER:
             raise ValueError(f"offset {frame.offset}: dead letters are archived as JSON Lines only")
         append(frame)
-        size += len(frame.value) + (len(frame.key) if frame.key else 0)
+        size += (len(frame.value) if frame.value else 0) + (len(frame.key) if frame.key else 0)
         if len(chunk) >= max_rows or size >= max_bytes:
             yield chunk
             chunk = []

@@ -16,9 +16,9 @@ records have no headers). Cells:
 ``event_time``                      ISO-8601 UTC with milliseconds, ``2026-11-21T07:12:33.123Z``
 ``key`` / ``partition_key``         the key (text), base64 for key_encoding bytes; empty when null
 ``value``                           the value as text: the JSON text (json) or the text (text);
-                                    base64 for bytes
+                                    base64 for bytes; empty when null (a Kafka tombstone)
 ``headers``                         JSON ``[{"key": .., "value": ..}]``, values base64 for
-                                    header_encoding bytes
+                                    header_encoding bytes, a null value ``null``
 ``key_schema`` / ``value_schema``   the schema the key / value was written with, as JSON
                                     ``{"format": "AVRO", "id": "42"}``; empty when none (a
                                     stream whose records may carry them has them by default)
@@ -33,9 +33,18 @@ kind's envelope (``offset`` in a Kinesis stream's object) is refused as unknown.
 Every column is written as a string, so the header and the cells never depend on type
 inference. Quoting is pyarrow's ``needed`` style (RFC 4180): every non-null cell is quoted,
 quotes inside doubled, commas and line breaks kept inside the quotes; a null (a null key, a
-missing ``value.<path>``) is an empty, unquoted cell, so it reads back as null while an empty
-string (``""``) reads back as an empty string. Lines end with ``\\n``. Compression ``zstd``
-(a stream's default), ``gzip`` or ``none``.
+tombstone's value, a missing ``value.<path>``) is an empty, unquoted cell, so it reads back as
+null while an empty string (``""``) reads back as an empty string. (Python's ``csv`` module
+cannot write that distinction before 3.12's ``QUOTE_NOTNULL``; pyarrow's writer does.) Lines
+end with ``\\n``. Compression ``zstd`` (a stream's default), ``gzip`` or ``none``.
+
+Who reads the distinction: this module's reader, the archive checker and the Spark job
+(Spark's CSV reader gives null for an empty unquoted cell, and the quoted empty string as its
+``emptyValue``, which the job sets to a marker to tell them apart). The Glue table's OpenCSV
+SerDe reads both as the empty string: in Athena a tombstone's ``value`` is ``''``, like an empty
+value's -- for a json stream that is only ever a tombstone (an empty value is not JSON, so it
+is dead-lettered), for a text or bytes stream it is either. A tombstone's ``value.<path>``
+cells are all empty.
 
 pyarrow ships in the formats layer, not the core one: this module is imported only for
 streams that write CSV.
@@ -57,7 +66,7 @@ from tidemark.formats import schema_refs
 from tidemark.formats.base import ArchivedEnvelope, RenderContext
 from tidemark.formats.compression import ZSTD_LEVEL, chunked, compressed, decompress, extension
 from tidemark.formats.jsonl import DECODE_STRING, ENCODE_STRING, ms_of_iso, ms_of_seconds, seconds_text
-from tidemark.records.model import Schemas
+from tidemark.records.model import Headers, Schemas
 from tidemark.staging.frames import Frame
 from tidemark.valuepath import cell
 
@@ -107,8 +116,11 @@ class CsvFormat:
                 return [None] * table.num_rows
             return [None if cell is None else convert(cell) for cell in cells[name]]
 
-        def headers_of(cell: str) -> tuple[tuple[str, bytes], ...]:
-            return tuple((item["key"], header_of(item["value"])) for item in orjson.loads(cell))
+        def headers_of(cell: str) -> Headers:
+            return tuple(
+                (item["key"], None if item["value"] is None else header_of(item["value"]))
+                for item in orjson.loads(cell)
+            )
 
         rows = zip(
             column(names.source, str),
@@ -128,10 +140,21 @@ class CsvFormat:
                 schema_refs.from_envelope({"key_schema": key, "value_schema": value})
                 for key, value in zip(key_refs, value_refs, strict=True)
             ]
+        has_value = "value" in cells  # without it, a tombstone cannot be told from a record lacking every field
         for index, (topic, partition, offset, timestamp, event_time, key, value, headers) in enumerate(rows):
             fields = {path[len("value.") :]: cells[path][index] for path in paths} if paths else None
             yield ArchivedEnvelope(
-                topic, partition, offset, timestamp, event_time, key, value, headers, fields, schemas=refs[index]
+                topic,
+                partition,
+                offset,
+                timestamp,
+                event_time,
+                key,
+                value,
+                headers,
+                fields,
+                schemas=refs[index],
+                tombstone=has_value and value is None,
             )
 
 
@@ -154,7 +177,7 @@ def _table(chunk: list[Frame], context: RenderContext, columns: Sequence[str], s
     parsed: list[Any] = []
     if context.value_encoding == "json" and any(name.startswith("value.") for name in columns):
         loads = orjson.loads
-        parsed = [loads(value) for value in values]
+        parsed = [None if value is None else loads(value) for value in values]  # a tombstone: every path null
     names = context.envelope
     if names.headers is None and any(headers):
         raise ValueError("this source's envelope has no headers to keep them in")
@@ -186,7 +209,9 @@ def _table(chunk: list[Frame], context: RenderContext, columns: Sequence[str], s
             arrays.append(
                 pa.array(
                     [
-                        dumps([{"key": key, "value": encode(data)} for key, data in items]) if items else b"[]"
+                        dumps([{"key": key, "value": None if data is None else encode(data)} for key, data in items])
+                        if items
+                        else b"[]"
                         for items in headers
                     ],
                     pa.string(),

@@ -29,6 +29,14 @@ registry integration, Confluent's wire format) ends with ``"key_schema"`` and/or
 ``"value_schema"``: ``{"format": "AVRO", "id": "42"}`` (:mod:`tidemark.formats.schema_refs`);
 other records' lines are exactly as before those existed.
 
+A Kafka tombstone (a null value) is archived like any record, with ``"value":null`` and, after
+its headers, ``"tombstone":true`` (then its schema references, if any): the marker tells it
+from a json value that is the JSON text ``null`` (which ``"value":null`` alone also renders,
+and did before tombstones were archived), so the archive never turns one into the other. Only
+tombstones carry the field. A null key is ``"key":null``, a null header value ``{"key": ..,
+"value": null}``; a dead-lettered tombstone has ``"value_base64":null``, and so has a dead
+letter's null header value.
+
 Compression ``zstd`` (a stream's default, at its ``zstd_level``), ``gzip`` or ``none``
 (:mod:`tidemark.formats.compression`). Output is byte-for-byte deterministic (gzip
 ``mtime=0``, no file name; zstd at the level of the buffer's render spec), so re-uploading an
@@ -59,6 +67,7 @@ from tidemark.eventtime import iso_utc
 from tidemark.formats import schema_refs
 from tidemark.formats.base import ArchivedEnvelope, RenderContext
 from tidemark.formats.compression import ZSTD_LEVEL, compressed, decompress, extension
+from tidemark.records.model import Headers
 from tidemark.sources import EnvelopeNames, PartitionId
 from tidemark.staging.frames import DEAD_LETTER, Frame
 
@@ -89,6 +98,22 @@ def _b64_value(data: bytes) -> bytes:
 
 def _text(data: bytes) -> str:
     return data.decode("utf-8")
+
+
+#: what ends a tombstone's line, before its closing brace (see the module docstring)
+TOMBSTONE_FIELD = b',"tombstone":true'
+
+
+def _tombstone_line(line: bytes) -> bytes:
+    """An archived record's line, rendered with ``"value":null``, marked as a tombstone's."""
+    return b"%b%b}\n" % (line[:-2], TOMBSTONE_FIELD)
+
+
+def _headers_json(headers: Headers, encode: Callable[[bytes], str]) -> bytes:
+    """A record's headers as the envelope's JSON array (a null value ``null``)."""
+    if not headers:
+        return b"[]"
+    return orjson.dumps([{"key": name, "value": None if data is None else encode(data)} for name, data in headers])
 
 
 def _unb64(text: str) -> bytes:
@@ -192,17 +217,16 @@ class JsonLinesFormat:
                 if frame.schemas:
                     yield _with_schemas(next(iter(self.lines([frame._replace(schemas=())], context))), frame)
                     continue
-                yield template % (
+                line = template % (
                     head,
                     frame.offset,
                     frame.timestamp_ms,
                     iso_utc(frame.event_time_ms).encode("ascii"),
                     b"null" if frame.key is None else dumps(key(frame.key)),
-                    value(frame.value),
-                    dumps([{"key": name, "value": header(data)} for name, data in frame.headers])
-                    if frame.headers
-                    else b"[]",
+                    b"null" if frame.value is None else value(frame.value),
+                    _headers_json(frame.headers, header),
                 )
+                yield line if frame.value is not None else _tombstone_line(line)
             return
         with_headers = names.headers is not None
         stamp: Callable[[int], int | bytes] = _seconds_bytes if names.timestamp_in_seconds else _same_int
@@ -221,15 +245,11 @@ class JsonLinesFormat:
                 stamp(frame.timestamp_ms),
                 iso_utc(frame.event_time_ms).encode("ascii"),
                 b"null" if frame.key is None else dumps(key(frame.key)),
-                value(frame.value),
+                b"null" if frame.value is None else value(frame.value),
             )
             if with_headers:
-                parts += (
-                    dumps([{"key": name, "value": header(data)} for name, data in frame.headers])
-                    if frame.headers
-                    else b"[]",
-                )
-            yield template % parts
+                parts += (_headers_json(frame.headers, header),)
+            yield template % parts if frame.value is not None else _tombstone_line(template % parts)
 
     def write(self, frames: Iterable[Frame], context: RenderContext, out: BinaryIO) -> int:
         """Every frame's line, rendered a chunk at a time (:class:`_ChunkRenderer`: the bytes
@@ -262,7 +282,7 @@ class JsonLinesFormat:
                 continue
             envelope = orjson.loads(line)
             if "error" in envelope:
-                key = envelope.get(dead_key_name)
+                key, dead_value = envelope.get(dead_key_name), envelope["value_base64"]
                 yield ArchivedEnvelope(
                     envelope[source],
                     envelope[partition],
@@ -270,16 +290,20 @@ class JsonLinesFormat:
                     stamp_of(envelope[timestamp]),
                     None,
                     None if key is None else _unb64(key),
-                    _unb64(envelope["value_base64"]),
-                    ()
-                    if headers_name is None
-                    else tuple((item["key"], _unb64(item["value_base64"])) for item in envelope[headers_name]),
+                    None if dead_value is None else _unb64(dead_value),
+                    () if headers_name is None else _read_headers(envelope[headers_name], _unb64, "value_base64"),
                     error=envelope["error"],
                     schemas=schema_refs.from_envelope(envelope),
+                    tombstone=dead_value is None,
                 )
                 continue
             key = envelope.get(key_name)
-            if value_encoding == "json":
+            # a tombstone is marked; "value":null unmarked is a json value's JSON text null
+            tombstone = envelope.get("tombstone") is True or (value_encoding != "json" and envelope["value"] is None)
+            value: bytes | None
+            if tombstone:
+                value = None
+            elif value_encoding == "json":
                 value = _json_of_line(line, envelope, names)
             elif value_encoding == "text":
                 value = _untext(envelope["value"])
@@ -293,11 +317,15 @@ class JsonLinesFormat:
                 ms_of_iso(envelope["event_time"]),
                 None if key is None else key_of(key),
                 value,
-                ()
-                if headers_name is None
-                else tuple((item["key"], header_of(item["value"])) for item in envelope[headers_name]),
+                () if headers_name is None else _read_headers(envelope[headers_name], header_of, "value"),
                 schemas=schema_refs.from_envelope(envelope),
+                tombstone=tombstone,
             )
+
+
+def _read_headers(items: list[dict[str, Any]], decode: Callable[[str], bytes], field: str) -> Headers:
+    """An envelope's headers back to ``(name, bytes)`` pairs (``None`` for a null value)."""
+    return tuple((item["key"], None if item[field] is None else decode(item[field])) for item in items)
 
 
 def _with_schemas(line: bytes, frame: Frame) -> bytes:
@@ -325,10 +353,12 @@ def _dead_letter_line(frame: Frame, names: EnvelopeNames, topic: str, partition:
         else frame.timestamp_ms,
         "error": frame.reason,
         f"{names.key}_base64": None if frame.key is None else _b64(frame.key),
-        "value_base64": _b64(frame.value),
+        "value_base64": None if frame.value is None else _b64(frame.value),
     }
     if names.headers is not None:
-        envelope[names.headers] = [{"key": name, "value_base64": _b64(data)} for name, data in frame.headers]
+        envelope[names.headers] = [
+            {"key": name, "value_base64": None if data is None else _b64(data)} for name, data in frame.headers
+        ]
     envelope.update(schema_refs.envelope_fields(frame.schemas))
     return orjson.dumps(envelope, option=orjson.OPT_APPEND_NEWLINE)
 
@@ -387,7 +417,7 @@ class _IsoSeconds(dict[int, bytes]):
 _ISO_SECONDS = _IsoSeconds()
 
 
-class _HeadersJson(dict[tuple[tuple[str, bytes], ...], bytes]):
+class _HeadersJson(dict[Headers, bytes]):
     """A record's headers -> their JSON array, cached: a partition's records mostly carry the
     same few sets of headers."""
 
@@ -395,13 +425,10 @@ class _HeadersJson(dict[tuple[tuple[str, bytes], ...], bytes]):
         super().__init__()
         self._encode = encode
 
-    def __missing__(self, headers: tuple[tuple[str, bytes], ...]) -> bytes:
+    def __missing__(self, headers: Headers) -> bytes:
         if len(self) >= _CACHED_HEADERS:
             self.clear()
-        encode = self._encode
-        rendered = self[headers] = (
-            orjson.dumps([{"key": name, "value": encode(data)} for name, data in headers]) if headers else b"[]"
-        )
+        rendered = self[headers] = _headers_json(headers, self._encode)
         return rendered
 
 
@@ -455,27 +482,31 @@ class _ChunkRenderer:
     def __call__(self, chunk: list[Frame]) -> Iterator[bytes]:
         """The chunk's lines, in one piece -- or several, when its values are large."""
         columns = tuple(zip(*chunk, strict=True))
-        if sum(map(len, columns[5])) <= CHUNK_BYTES:  # the values
+        values = columns[5]
+        size = sum(map(len, values)) if None not in values else sum(len(value) for value in values if value)
+        if size <= CHUNK_BYTES:
             yield self._render(chunk, columns)
             return
         part: list[Frame] = []
         size = 0
         for frame in chunk:
-            if part and size + len(frame.value) > CHUNK_BYTES:
+            value = frame.value or b""  # a tombstone's takes no room
+            if part and size + len(value) > CHUNK_BYTES:
                 yield self._render(part, tuple(zip(*part, strict=True)))
                 part, size = [], 0
             part.append(frame)
-            size += len(frame.value)
+            size += len(value)
         yield self._render(part, tuple(zip(*part, strict=True)))
 
     def _render(self, chunk: list[Frame], frame_columns: tuple[tuple[Any, ...], ...]) -> bytes:
         """``frame_columns``: the chunk transposed (kinds, positions, ..., reasons)."""
         kinds, positions, stamps, events, keys, values, headers, _reasons, schemas = frame_columns
+        tombstones = None in values
         if (
             DEAD_LETTER in kinds
             or any(schemas)
             or (self._seconds and min(stamps) < 0)
-            or (not self._with_headers and any(headers))  # the per-record path says why not
+            or (not self._with_headers and (any(headers) or tombstones))  # the per-record path says why not
         ):
             return b"".join(self._fallback(chunk, self._context))
         quoted, key_column = self._keys(keys)
@@ -484,14 +515,25 @@ class _ChunkRenderer:
             columns += [map(floordiv, stamps, repeat(1000)), map(mod, stamps, repeat(1000))]
         else:
             columns.append(stamps)
+        if tombstones:  # "value":null, and the marker after the headers (the last field: see _tombstone_line)
+            rendered = self._values(tuple(b"{}" if value is None else value for value in values))
+            value_column: Sequence[bytes] = [
+                b"null" if value is None else item for value, item in zip(values, rendered, strict=True)
+            ]
+            header_column: Iterable[bytes] = [
+                item + TOMBSTONE_FIELD if value is None else item
+                for value, item in zip(values, map(self._headers.__getitem__, headers), strict=True)
+            ]
+        else:
+            value_column, header_column = self._values(values), map(self._headers.__getitem__, headers)
         columns += [
             map(_ISO_SECONDS.__getitem__, map(floordiv, events, repeat(1000))),
             map(mod, events, repeat(1000)),
             key_column,
-            self._values(values),
+            value_column,
         ]
         if self._with_headers:
-            columns.append(map(self._headers.__getitem__, headers))
+            columns.append(header_column)
         return self._template(quoted, len(chunk)) % tuple(chain.from_iterable(zip(*columns, strict=True)))
 
     def _keys(self, keys: tuple[bytes | None, ...]) -> tuple[bool, Sequence[bytes]]:

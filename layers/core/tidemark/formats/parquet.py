@@ -9,12 +9,15 @@ Kafka schema (every column required unless marked nullable)::
     timestamp   int64                       Kafka record timestamp, epoch ms (-1 when unset)
     event_time  timestamp[ms, tz=UTC]
     key         string | binary, nullable   string for key_encoding text, binary for bytes
-    value       string | binary | struct    string: the JSON text (value_encoding json) or the
-                                            text (text); binary for bytes; with a declared
+    value       string | binary | struct,   string: the JSON text (value_encoding json) or the
+                nullable (Kafka)            text (text); binary for bytes; with a declared
                                             value_schema a struct of its fields: string,
                                             int64 (long), double, bool (boolean); nullable
-                                            fields nullable, a missing field null
-    headers     list<element: struct<key: string, value: string | binary>>, [] when none
+                                            fields nullable, a missing field null. Null for a
+                                            Kafka tombstone (a null value; a JSON value that is
+                                            the text ``null`` is the string ``"null"``)
+    headers     list<element: struct<key: string, value: string | binary (nullable)>>, [] when
+                none; a header's value null when the record's header value is
     key_schema    struct<format: string, id: string>, nullable   only with schema references
     value_schema  struct<format: string, id: string>, nullable   (``RenderSpec.schema_refs``):
                                                 the schema the key / value was written with
@@ -31,6 +34,11 @@ Kinesis schema (no headers column: Kinesis records have none)::
     event_time                      timestamp[ms, tz=UTC]
     partition_key                   string | binary, nullable   as Kafka's ``key``
     value                           as Kafka's ``value``, typed value columns included
+
+A Kafka object's value and header values are nullable (``SourceShape.tombstones``; written
+before tombstones were archived they were required: a reader merging schemas takes required
+as nullable, and a resumed flush re-rendered so is adopted by its content digest,
+``tidemark.objects``). Kinesis and RabbitMQ records are never null: their columns stay required.
 
 What decides the types is the envelope, not the source's name: positions and partition ids
 are strings when ``position_is_text``, the record timestamp a timestamp when the source writes
@@ -66,8 +74,8 @@ import pyarrow.parquet as pq
 from tidemark.formats import schema_refs
 from tidemark.formats.base import ArchivedEnvelope, RenderContext, ValueColumn
 from tidemark.formats.compression import ZSTD_LEVEL, PositionedSink, chunked
-from tidemark.records.model import Schemas
-from tidemark.sources import KAFKA_SHAPE, EnvelopeNames
+from tidemark.records.model import Headers, Schemas
+from tidemark.sources import KAFKA_SHAPE, EnvelopeNames, shape_of
 from tidemark.staging.frames import Frame
 
 CODECS = ("snappy", "zstd", "gzip", "none")
@@ -95,6 +103,7 @@ def arrow_schema(context: RenderContext) -> pa.Schema:
     else:
         value = _string_or_binary(context.value_encoding)
     names = context.envelope
+    nulls = shape_of(context.source).tombstones  # Kafka: a tombstone's value, a null header value
     fields = [
         pa.field(names.source, pa.string(), nullable=False),
         pa.field(names.partition, pa.string() if names.position_is_text else pa.int32(), nullable=False),
@@ -102,13 +111,13 @@ def arrow_schema(context: RenderContext) -> pa.Schema:
         pa.field(names.timestamp, _TIMESTAMP if names.timestamp_in_seconds else pa.int64(), nullable=False),
         pa.field("event_time", _TIMESTAMP, nullable=False),
         pa.field(names.key, _string_or_binary(context.key_encoding), nullable=True),
-        pa.field("value", value, nullable=False),
+        pa.field("value", value, nullable=nulls),
     ]
     if names.headers is not None:
         header = pa.struct(
             [
                 pa.field("key", pa.string(), nullable=False),
-                pa.field("value", _string_or_binary(context.header_encoding), nullable=False),
+                pa.field("value", _string_or_binary(context.header_encoding), nullable=nulls),
             ]
         )
         fields.append(pa.field(names.headers, pa.list_(pa.field("element", header, nullable=False)), nullable=False))
@@ -130,15 +139,22 @@ def dictionary_columns(schema: pa.Schema, names: EnvelopeNames = KAFKA_SHAPE.env
     return columns
 
 
-def typed_children(values: Sequence[bytes], columns: Sequence[ValueColumn]) -> list[list[Any]]:
+#: what a required field holds under a null struct (a tombstone's value): never read, since the
+#: struct is null, but Arrow refuses a null in a required child whatever its parent
+_PLACEHOLDER: dict[str, Any] = {"string": "", "long": 0, "double": 0.0, "boolean": False}
+
+
+def typed_children(values: Sequence[bytes | None], columns: Sequence[ValueColumn]) -> list[list[Any]]:
     """Per declared field, its values across ``values`` (JSON objects validated against the
-    schema upstream): missing -> None, JSON integers of a double field -> float."""
+    schema upstream): missing -> None, JSON integers of a double field -> float. A tombstone
+    (``None``) has a null struct: its fields are None, or a placeholder where required."""
     loads = orjson.loads
-    parsed: list[dict[str, Any]] = [loads(value) for value in values]
+    parsed: list[dict[str, Any] | None] = [None if value is None else loads(value) for value in values]
     children: list[list[Any]] = []
     for column in columns:
         name = column.name
-        items = [item.get(name) for item in parsed]
+        absent = None if column.nullable else _PLACEHOLDER[column.type]
+        items = [absent if item is None else item.get(name) for item in parsed]
         if column.type == "double":
             items = [float(item) if item.__class__ is int else item for item in items]
         children.append(items)
@@ -190,9 +206,11 @@ class ParquetFormat:
         if context.value_schema:
             value_type = schema.field("value").type
             children = typed_children(values, context.value_schema)
+            tombstones = pa.array([value is None for value in values], pa.bool_()) if None in values else None
             value = pa.StructArray.from_arrays(
                 [pa.array(items, type=field.type) for items, field in zip(children, value_type, strict=True)],
                 fields=list(value_type),
+                mask=tombstones,
             )
         else:
             value = _byte_strings(values, schema.field("value").type)
@@ -231,7 +249,7 @@ class ParquetFormat:
             yield from _envelopes(batch, context.envelope)
 
 
-def _headers(headers: Sequence[tuple[tuple[str, bytes], ...]], header_type: pa.DataType, n: int) -> pa.Array:
+def _headers(headers: Sequence[Headers], header_type: pa.DataType, n: int) -> pa.Array:
     if any(headers):
         names = [name for items in headers if items for name, _ in items]
         data = [data for items in headers if items for _, data in items]
@@ -276,7 +294,7 @@ def _envelopes(batch: Any, names: EnvelopeNames) -> Iterator[ArchivedEnvelope]:
     typed = pa.types.is_struct(values.type)
     value_items: list[Any] = values.to_pylist() if typed else _to_bytes(values.to_pylist())
     if names.headers is None:
-        headers: list[tuple[tuple[str, bytes], ...]] = [()] * batch.num_rows
+        headers: list[Headers] = [()] * batch.num_rows
     else:
         headers = [
             tuple((item["key"], _as_bytes(item["value"])) for item in row) for row in column(names.headers).to_pylist()
@@ -301,9 +319,22 @@ def _envelopes(batch: Any, names: EnvelopeNames) -> Iterator[ArchivedEnvelope]:
         strict=True,
     )
     for topic, partition, offset, timestamp, event_time, key, value, header, ref in rows:
+        tombstone = value is None
         if typed:
             yield ArchivedEnvelope(
-                topic, partition, offset, timestamp, event_time, key, None, header, value, schemas=ref
+                topic,
+                partition,
+                offset,
+                timestamp,
+                event_time,
+                key,
+                None,
+                header,
+                value,
+                schemas=ref,
+                tombstone=tombstone,
             )
         else:
-            yield ArchivedEnvelope(topic, partition, offset, timestamp, event_time, key, value, header, schemas=ref)
+            yield ArchivedEnvelope(
+                topic, partition, offset, timestamp, event_time, key, value, header, schemas=ref, tombstone=tombstone
+            )

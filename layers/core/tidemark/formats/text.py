@@ -8,6 +8,12 @@ timestamps (the archive checker matches text lines to what was produced by value
 no envelope, so every source kind's objects are alike: a Kinesis stream's lines are its
 records' data exactly as a Kafka topic's are its values.
 
+A Kafka tombstone (a null value) has no value to keep: its line is empty, so an object still
+holds one line per record. For a json stream an empty line can only be a tombstone (an empty
+value is not JSON: it is dead-lettered) and reads back as a null value; for text and bytes
+streams it reads back as the empty value, which it cannot be told from -- a stream that needs
+tombstones told apart archives another format (JSON Lines, Parquet, Avro, CSV or bytes).
+
 Compression ``zstd`` (a stream's default), ``gzip`` or ``none``.
 """
 
@@ -53,17 +59,22 @@ class TextFormat:
         count = 0
         with compressed(out, self.compression, self.gzip_level, self.zstd_level) as sink:
             for chunk in chunked(frames, CHUNK_ROWS, CHUNK_BYTES):
-                sink.write(b"".join([line(frame.value) + b"\n" for frame in chunk]))
+                sink.write(b"".join([b"\n" if frame.value is None else line(frame.value) + b"\n" for frame in chunk]))
                 count += len(chunk)
         return count
 
     def read(self, body: bytes, context: RenderContext) -> Iterator[ArchivedEnvelope]:
-        """Every line back as a value (``None`` for everything else)."""
+        """Every line back as a value (``None`` for everything else); an empty line of a json
+        stream is a tombstone (see the module docstring)."""
         data = decompress(body, self.compression)
         lines = data.split(b"\n")
         if lines[-1]:
             raise ValueError("text object does not end with a line break (truncated?)")
         decode = base64.b64decode if context.value_encoding == "bytes" else None
+        json_values = context.value_encoding == "json"
         for line in lines[:-1]:
+            if json_values and not line:
+                yield ArchivedEnvelope(None, None, None, None, None, None, None, None, tombstone=True)
+                continue
             value = decode(line, validate=True) if decode is not None else line
             yield ArchivedEnvelope(None, None, None, None, None, None, value, None)

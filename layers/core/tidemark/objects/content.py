@@ -6,6 +6,10 @@ to keep -- kind, offset, timestamps, key, value, headers, dead-letter reason and
 record has any, so digests of records without them are what they always were) schema references
 of every record, in offset order -- so an object already in S3 under a flush's key can be recognised as holding
 the same records even when its bytes differ (an upgrade re-rendering a resumed flush).
+
+A null value (a tombstone) is hashed as length -1 and no bytes, a null header value as length
+``0xFFFFFFFF`` and no bytes, as a null key always was (-1): the digest of a record without
+nulls is what it always was, and a null is never the empty value.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ import struct
 from collections.abc import Iterable, Iterator
 from itertools import chain, islice, repeat
 
-from tidemark.staging.frames import Frame, encode_meta
+from tidemark.records.model import Headers
+from tidemark.staging.frames import NULL_LEN, Frame, encode_meta
 
 _FIXED = struct.Struct("<Bqqqiiii")
 _HEADER_LENGTHS = struct.Struct("<II")
@@ -27,19 +32,26 @@ CHUNK_BYTES = 8 * 1024 * 1024
 _CACHED_HEADERS = 1_024
 
 
-class _HeaderBytes(dict[tuple[tuple[str, bytes], ...], bytes]):
+class _HeaderBytes(dict[Headers, bytes]):
     """A record's headers -> what the digest covers of them, cached (records mostly carry the
     same few sets of headers)."""
 
-    def __missing__(self, headers: tuple[tuple[str, bytes], ...]) -> bytes:
+    def __missing__(self, headers: Headers) -> bytes:
         if len(self) >= _CACHED_HEADERS:
             self.clear()
-        parts: list[bytes] = []
-        for name, data in headers:
-            encoded = name.encode("utf-8")
-            parts += (_HEADER_LENGTHS.pack(len(encoded), len(data)), encoded, data)
-        covered = self[headers] = b"".join(parts)
+        covered = self[headers] = _header_bytes(headers)
         return covered
+
+
+def _header_bytes(headers: Headers) -> bytes:
+    parts: list[bytes] = []
+    for name, data in headers:
+        encoded = name.encode("utf-8")
+        if data is None:
+            parts += (_HEADER_LENGTHS.pack(len(encoded), NULL_LEN), encoded)
+        else:
+            parts += (_HEADER_LENGTHS.pack(len(encoded), len(data)), encoded, data)
+    return b"".join(parts)
 
 
 _HEADER_BYTES = _HeaderBytes()
@@ -66,6 +78,10 @@ class ContentDigest:
 
     def _update_chunk(self, chunk: list[Frame]) -> None:
         kinds, offsets, stamps, events, keys, values, headers, reasons, _schemas = zip(*chunk, strict=True)
+        if None in values:  # a tombstone: frame by frame
+            for frame in chunk:
+                self.update(frame)
+            return
         value_lengths = list(map(len, values))
         if any(reasons) or any(_schemas) or max(offsets) > _I64_MAX or sum(value_lengths) > CHUNK_BYTES:
             for frame in chunk:
@@ -96,7 +112,7 @@ class ContentDigest:
                 frame.timestamp_ms,
                 frame.event_time_ms,
                 -1 if key is None else len(key),
-                len(frame.value),
+                -1 if frame.value is None else len(frame.value),
                 len(reason),
                 len(frame.headers),
             )
@@ -107,13 +123,10 @@ class ContentDigest:
             update(position)
         if key:
             update(key)
-        update(frame.value)
+        if frame.value:
+            update(frame.value)
         update(reason)
-        for name, data in frame.headers:
-            encoded = name.encode("utf-8")
-            update(struct.pack("<II", len(encoded), len(data)))
-            update(encoded)
-            update(data)
+        update(_header_bytes(frame.headers))
         if frame.schemas:
             update(b"schemas" + encode_meta("", (), frame.schemas))
         self.records += 1

@@ -115,7 +115,7 @@ def format_1_size(frames: list[Frame]) -> int:
     return sum(
         FORMAT_1_HEADER
         + len(frame.key or b"")
-        + len(frame.value)
+        + len(frame.value or b"")
         + (
             len(encode_meta(frame.reason, frame.headers, frame.schemas))
             if frame.reason or frame.headers or frame.schemas

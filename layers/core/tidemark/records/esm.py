@@ -3,7 +3,9 @@
 The embedded event source mapping, the tests and the benchmarks all deliver records to the
 archiver through this one encoder, so every local run sees byte-for-byte the shape Lambda
 delivers: records grouped under ``"<topic>-<partition>"``, key and value base64-encoded, each
-header a one-entry object holding a list of byte values.
+header a one-entry object holding a list of byte values. A tombstone's value (``None``) is
+``"value": null``; a null header value is ``{"<name>": null}`` (AWS has been seen to send ``{}``
+instead, which loses the name: ``tidemark.records.kafka`` reads both).
 """
 
 from __future__ import annotations
@@ -49,8 +51,8 @@ def encode_record(record: Record, timestamp_type: str = "CREATE_TIME") -> dict[s
         "timestamp": record.timestamp_ms,
         "timestampType": timestamp_type,
         "key": None if record.key is None else base64.b64encode(record.key).decode("ascii"),
-        "value": base64.b64encode(record.value).decode("ascii"),
-        "headers": [{name: list(data)} for name, data in record.headers],
+        "value": None if record.value is None else base64.b64encode(record.value).decode("ascii"),
+        "headers": [{name: None if data is None else list(data)} for name, data in record.headers],
     }
     for schema in record.schemas:
         encoded[f"{schema.part}SchemaMetadata"] = {"dataFormat": schema.format, "schemaId": schema.id}
@@ -60,10 +62,12 @@ def encode_record(record: Record, timestamp_type: str = "CREATE_TIME") -> dict[s
 def payload_size(record: Record) -> int:
     """Bytes ``record`` adds to an invocation payload (base64 grows data by 4/3)."""
     key = 0 if record.key is None else len(record.key)
-    headers = sum(len(name) + 5 * len(data) + 8 for name, data in record.headers)  # "[104, 101, ...]"
+    value = 0 if record.value is None else len(record.value)
+    # "[104, 101, ...]", or null
+    headers = sum(len(name) + 5 * (4 if data is None else len(data)) + 8 for name, data in record.headers)
     # "valueSchemaMetadata": {"dataFormat": .., "schemaId": ..}; a character escapes to at most 12 bytes
     schemas = sum(64 + 12 * (len(schema.format) + len(schema.id)) for schema in record.schemas)
-    return RECORD_OVERHEAD_BYTES + len(record.topic) + 4 * ((len(record.value) + key + 4) // 3) + headers + schemas
+    return RECORD_OVERHEAD_BYTES + len(record.topic) + 4 * ((value + key + 4) // 3) + headers + schemas
 
 
 def build_event(records: Iterable[Record], source: EventSource) -> dict[str, Any]:

@@ -25,6 +25,12 @@ records that are not exactly dicts. Anything unusual sends the group through the
 which names the first bad field exactly as before. Records are grouped by topic-partition
 in delivery order.
 
+A tombstone (a record whose value is null: a compacted topic's delete, a CDC delete) arrives with
+``"value": null`` or without a ``value`` at all; both paths read either as ``Record.value``
+``None``, never as the empty value ``b""`` (``""``). A null header value, ``{"<name>": null}``, is
+``(name, None)``; AWS has also been seen to send a null header as ``{}``, which names nothing
+and so adds no header (there is nothing left to keep).
+
 A mapping with a schema registry integration adds ``keySchemaMetadata`` / ``valueSchemaMetadata``
 (``{"dataFormat": "AVRO", "schemaId": "..."}``: Powertools' ``KafkaEventRecordSchemaMetadata``)
 to each record it validated; they become the record's ``schemas`` (key before value), which the
@@ -45,25 +51,25 @@ from aws_lambda_powertools.shared.functions import decode_header_bytes
 
 from tidemark.exceptions import MalformedEventError
 from tidemark.names import TOPIC, matches
-from tidemark.records.model import PartitionBatch, Record, SchemaRef, Schemas
+from tidemark.records.model import Headers, PartitionBatch, Record, SchemaRef, Schemas
 from tidemark.sources import PartitionId
 
 # Self-managed Kafka comes in two spellings: the AWS docs' "SelfManagedKafka" and the
 # "aws:SelfManagedKafka" of Powertools' own sample event (events/self-managed-powertools.json).
 EVENT_SOURCES = frozenset({"aws:kafka", "SelfManagedKafka", "aws:SelfManagedKafka"})
 
-_Headers = tuple[tuple[str, bytes], ...]
+_Headers = Headers
 
 
 class _Fields(msgspec.Struct, gc=False):  # holds no containers, so the GC need not track it
     """A record's fields that msgspec reads and decodes, in ``Record``'s order (``astuple``
-    plus the headers is a ``Record``). A missing value is ``b""``; a null one, ``None``."""
+    plus the headers is a ``Record``). A missing or null value is ``None``: a tombstone."""
 
     topic: str
     partition: Annotated[int, msgspec.Meta(ge=0)]
     offset: Annotated[int, msgspec.Meta(ge=0)]
     timestamp: int
-    value: bytes | None = b""
+    value: bytes | None = None
     key: bytes | None = None
 
 
@@ -75,7 +81,7 @@ _INT = frozenset({int})
 _STR = frozenset({str})
 _ENCODED = frozenset({str, type(None)})
 _PARTITION, _OFFSET, _TIMESTAMP = itemgetter("partition"), itemgetter("offset"), itemgetter("timestamp")
-_TOPIC, _VALUE = attrgetter("topic"), itemgetter(4)
+_TOPIC = attrgetter("topic")
 _SAMPLE = 9  # neighbouring records whose headers decide between a conversion each and sharing them
 _LIST_TAG = marshal.dumps([], 0)[:1]  # marshal version 0 (no back-references): b"[" + int32 count + items
 #: the record fields a schema registry integration adds, in the order ``Record.schemas`` keeps
@@ -122,7 +128,7 @@ def _convert(raw: Mapping[str, Any], position: int, topics: set[str]) -> Record:
     try:
         # Strict decoding: the ESM always sends valid base64, so anything else is not its event.
         encoded_value, encoded_key = raw.get("value"), raw.get("key")
-        value = b"" if encoded_value is None else binascii.a2b_base64(encoded_value, strict_mode=True)
+        value = None if encoded_value is None else binascii.a2b_base64(encoded_value, strict_mode=True)  # tombstone
         key = None if encoded_key is None else binascii.a2b_base64(encoded_key, strict_mode=True)
     except (binascii.Error, TypeError, ValueError) as exc:
         raise MalformedEventError(f"record #{position}: key/value is not valid base64 ({exc})") from None
@@ -130,11 +136,14 @@ def _convert(raw: Mapping[str, Any], position: int, topics: set[str]) -> Record:
     raw_headers = raw.get("headers")
     if not raw_headers:
         return Record(topic, partition, offset, timestamp, value, key, (), schemas)
-    headers: list[tuple[str, bytes]] = []
+    headers: list[tuple[str, bytes | None]] = []
     for chunk in raw_headers:
         if not isinstance(chunk, Mapping):
             raise MalformedEventError(f"record #{position}: each header must be an object")
         for name, data in chunk.items():
+            if data is None:  # a null header value, kept null
+                headers.append((str(name), None))
+                continue
             try:
                 if type(data) is not list:
                     raise TypeError(f"expected a list of byte values, got {type(data).__name__}")
@@ -186,22 +195,28 @@ def _with_schemas(chunk: list[Any], records: list[Record]) -> list[Record]:
 
 
 def _headers(raw: object) -> _Headers:
-    """One record's headers as ``(name, bytes)`` pairs; ``TypeError``/``ValueError`` for anything
-    but null, ``[]`` or a list of dicts of ``str`` names and unsigned byte lists (the per-record
-    path then names it, or reads signed bytes). It accepts only exact ``list``/``dict``/``str``
-    and ``int``/``bool`` elements, none of which marshal can confuse with another type, so records
-    whose headers marshal alike get the same result from it and from ``_convert``."""
+    """One record's headers as ``(name, bytes)`` pairs (``(name, None)`` for a null value);
+    ``TypeError``/``ValueError`` for anything but null, ``[]`` or a list of dicts of ``str`` names
+    and unsigned byte lists or null (the per-record path then names it, or reads signed bytes).
+    It accepts only exact ``list``/``dict``/``str`` and ``int``/``bool`` elements (and ``None``),
+    none of which marshal can confuse with another type, so records whose headers marshal alike
+    get the same result from it and from ``_convert``."""
     if raw is None:
         return ()
     if type(raw) is not list:
         raise TypeError("not a list")
-    headers = []
+    headers: list[tuple[str, bytes | None]] = []
     for chunk in raw:
         if type(chunk) is not dict:
             raise TypeError("not an object")
         for name, data in chunk.items():
-            if type(name) is not str or type(data) is not list:
-                raise TypeError("not a name and a list")
+            if type(name) is not str:
+                raise TypeError("not a name")
+            if data is None:
+                headers.append((name, None))
+                continue
+            if type(data) is not list:
+                raise TypeError("not a list")
             headers.append((name, bytes(data)))
     return tuple(headers)
 
@@ -252,8 +267,6 @@ def _columns(chunk: list[Any], topics: set[str]) -> list[Record] | None:
     except (TypeError, ValueError):  # marshal's "unmarshallable object" is a ValueError
         return None
     records: list[Record] = list(map(_new_record, repeat(Record), map(add, map(_astuple, fields), headers)))
-    if None in map(_VALUE, records):  # a null value (a tombstone) is b""
-        records = [record if record[4] is not None else record._replace(value=b"") for record in records]
     return _with_schemas(chunk, records)
 
 

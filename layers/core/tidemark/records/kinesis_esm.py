@@ -38,7 +38,10 @@ def arrival_seconds(timestamp_ms: int) -> float:
 
 
 def encode_kinesis_record(record: Record, source: KinesisSource) -> dict[str, Any]:
-    """One record exactly as the Kinesis event source mapping delivers it."""
+    """One record exactly as the Kinesis event source mapping delivers it. Kinesis has no
+    tombstones: a record's data is always bytes (``ValueError`` for a null value)."""
+    if record.value is None:
+        raise ValueError(f"sequence number {record.offset}: a Kinesis record always has data (no tombstones)")
     sequence = str(record.offset)
     return {
         "kinesis": {
@@ -60,7 +63,7 @@ def encode_kinesis_record(record: Record, source: KinesisSource) -> dict[str, An
 
 def kinesis_payload_size(record: Record) -> int:
     """Bytes ``record`` adds to an invocation payload (base64 grows data by 4/3)."""
-    return RECORD_OVERHEAD_BYTES + len(record.key or b"") + 4 * ((len(record.value) + 2) // 3)
+    return RECORD_OVERHEAD_BYTES + len(record.key or b"") + 4 * ((len(record.value or b"") + 2) // 3)
 
 
 def build_kinesis_event(records: Iterable[Record], source: KinesisSource) -> dict[str, Any]:

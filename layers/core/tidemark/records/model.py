@@ -24,9 +24,17 @@ class SchemaRef(NamedTuple):
 #: a record's schema references, key before value; ``()`` for the common record
 Schemas = tuple[SchemaRef, ...]
 
+#: a record's headers in order, names repeating as the source allows; a Kafka header's value may
+#: be null (``None``), which is not the empty value ``b""``
+Headers = tuple[tuple[str, bytes | None], ...]
+
 
 class Record(NamedTuple):
     """One record of one partition, with its bytes decoded exactly as the broker stored them.
+
+    ``value`` is ``None`` for a Kafka tombstone (a null value: a compacted topic's delete, a CDC
+    delete), which is a record like any other and never the empty value ``b""``. Kinesis and
+    RabbitMQ have no tombstones: their records always carry bytes (possibly empty).
 
     A ``NamedTuple`` rather than a frozen dataclass: the archiver builds one per record on the
     hot path, and a tuple is built several times faster.
@@ -36,9 +44,9 @@ class Record(NamedTuple):
     partition: PartitionId  # a Kafka partition number, a Kinesis shard id
     offset: int
     timestamp_ms: int
-    value: bytes
+    value: bytes | None  # None: a tombstone
     key: bytes | None = None
-    headers: tuple[tuple[str, bytes], ...] = ()
+    headers: Headers = ()
     schemas: Schemas = ()  # from the mapping's schema registry integration, or Confluent's wire format
 
 

@@ -4,13 +4,15 @@ The local Amazon MQ mapping, the tests and the benchmarks deliver messages to th
 through this one encoder, in the shape Lambda delivers: messages grouped under
 ``"<queue>::<virtual host>"``, the body base64-encoded, AMQP properties under
 ``basicProperties`` (every property present, ``null`` when unset), byte-array headers as
-``{"bytes": [...]}``, and ``redelivered``.
+``{"bytes": [...]}``, and ``redelivered``. Header values may nest: a table is a JSON object and an
+array a JSON array of values rendered the same way, so ``{"meta": {"bytes": "abc"}}`` is
+``{"bytes": {"bytes": [97, 98, 99]}}`` (as Lambda shows it: ``records.rabbitmq``).
 """
 
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +22,10 @@ from tidemark.records.rabbitmq import EVENT_SOURCE, timestamp_text
 # property names, null values and punctuation of the JSON encoding (measured, rounded up).
 MESSAGE_OVERHEAD_BYTES = 420
 
+#: an AMQP header value as a message carries it: a (long) string or byte string, a number, a
+#: boolean, void, or a table or array of such values
+HeaderValue = bytes | str | int | float | bool | None | Mapping[str, "HeaderValue"] | Sequence["HeaderValue"]
+
 
 @dataclass(frozen=True, slots=True)
 class RabbitMessage:
@@ -28,16 +34,38 @@ class RabbitMessage:
     body: bytes
     message_id: str | None = None
     timestamp_ms: int = -1
-    headers: Mapping[str, bytes | int | str | bool | None] = field(default_factory=dict)
+    headers: Mapping[str, HeaderValue] = field(default_factory=dict)
     properties: Mapping[str, Any] = field(default_factory=dict)  # contentType, correlationId, ... (camelCase)
     redelivered: bool = False
 
 
-def _header(value: bytes | int | str | bool | None) -> Any:
-    # The mapping renders AMQP byte strings (long strings included) as byte arrays.
+def _header(value: HeaderValue) -> Any:
+    """The mapping renders AMQP byte strings (long strings included) as byte arrays, tables as
+    objects and arrays as arrays of values rendered so."""
     if isinstance(value, str):
         value = value.encode("utf-8")
-    return {"bytes": list(value)} if isinstance(value, bytes) else value
+    if isinstance(value, bytes):
+        return {"bytes": list(value)}
+    if isinstance(value, Mapping):
+        return {str(name): _header(item) for name, item in value.items()}
+    if isinstance(value, Sequence):
+        return [_header(item) for item in value]
+    return value
+
+
+def _header_bound(value: HeaderValue) -> int:
+    """Bytes at most of ``value`` rendered into the event's JSON (``json.dumps``: ASCII, ", " and
+    ": " between items): a byte is at most "255, " and a name's character at most 12 bytes (a
+    surrogate pair, escaped)."""
+    if isinstance(value, str):
+        value = value.encode("utf-8")
+    if isinstance(value, bytes):
+        return 5 * len(value) + 16
+    if isinstance(value, Mapping):
+        return 2 + sum(12 * len(str(name)) + 6 + _header_bound(item) for name, item in value.items())
+    if isinstance(value, Sequence):
+        return 2 + sum(_header_bound(item) + 2 for item in value)
+    return 32 if isinstance(value, float) else len(str(value)) + 2
 
 
 def encode_message(message: RabbitMessage) -> dict[str, Any]:
@@ -68,9 +96,8 @@ def encode_message(message: RabbitMessage) -> dict[str, Any]:
 
 def message_payload_size(message: RabbitMessage) -> int:
     """Bytes ``message`` adds to an invocation payload (at most: base64 grows data by 4/3)."""
-    # a character of a name or an id escapes to at most 12 bytes (a surrogate pair); a byte-array
-    # header's byte to at most 5 ("255, ")
-    headers = sum(12 * len(name) + 5 * len(str(value)) + 24 for name, value in message.headers.items())
+    # a character of a name or an id escapes to at most 12 bytes (a surrogate pair)
+    headers = sum(12 * len(name) + 6 + _header_bound(value) for name, value in message.headers.items())
     return MESSAGE_OVERHEAD_BYTES + 4 * ((len(message.body) + 2) // 3) + 12 * len(message.message_id or "") + headers
 
 

@@ -25,9 +25,8 @@ from typing import Any
 
 from tidemark.exceptions import SourceUnavailableError
 from tidemark.kafka_log import KafkaLog, client_or_error, headers_of
+from tidemark.records.model import Headers
 from tidemark.replay.exceptions import DeliveryError, ReplayError
-
-Headers = tuple[tuple[str, bytes], ...]
 
 #: records produced between two polls of the producer's delivery reports
 POLL_EVERY = 1000
@@ -130,11 +129,12 @@ class KafkaTarget:
     # -- producing ------------------------------------------------------------------------------
 
     def produce(
-        self, partition: int, key: bytes | None, value: bytes, headers: Headers, timestamp_ms: int | None
+        self, partition: int, key: bytes | None, value: bytes | None, headers: Headers, timestamp_ms: int | None
     ) -> None:
         """Queue one record for ``partition`` (its CreateTime ``timestamp_ms``; ``None`` or not
-        positive: now). A record the producer refuses outright (larger than ``message.max.bytes``)
-        stops the replay there: ``DeliveryError``."""
+        positive: now); a ``None`` value is produced as a null value (a tombstone), a ``None``
+        header value as a null header value. A record the producer refuses outright (larger
+        than ``message.max.bytes``) stops the replay there: ``DeliveryError``."""
         from confluent_kafka import KafkaException
 
         if self._failure is not None:
@@ -156,8 +156,9 @@ class KafkaTarget:
                 if self._failure is not None:
                     raise DeliveryError(self._failure) from None
             except KafkaException as exc:
+                size = len(value or b"")
                 raise DeliveryError(
-                    f"{self.topic}/{partition}: a record of {len(value)} bytes was refused ({exc.args[0].str()}): "
+                    f"{self.topic}/{partition}: a record of {size} bytes was refused ({exc.args[0].str()}): "
                     "the replay stopped there; fix the cause (e.g. the producer's message.max.bytes) and rerun"
                 ) from None
         self._since_poll += 1

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 from botocore.exceptions import BotoCoreError, ClientError
 
 from tidemark.formats import format_of
+from tidemark.records.model import Headers
 from tidemark.replay.exceptions import ArchiveOrderError, ReplayError, UnreplayableFormatError
 from tidemark.replay.plan import PlannedObject
 from tidemark.sources import PartitionId
@@ -28,7 +29,6 @@ from tidemark.sources import PartitionId
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
-Headers = tuple[tuple[str, bytes], ...]
 Position = tuple[int, int]  # (epoch, offset)
 
 
@@ -41,7 +41,7 @@ class ReplayRecord:
     offset: int
     timestamp_ms: int | None
     key: bytes | None
-    value: bytes
+    value: bytes | None  # None: a tombstone, produced again as a null value
     headers: Headers
     dead: bool  # read from a dead-letter object
 
@@ -123,7 +123,8 @@ class ObjectReader:
                 ) from None
             if envelope is None:
                 return
-            if envelope.value is None or envelope.offset is None:  # planning refuses these formats
+            if (envelope.value is None and not envelope.tombstone) or envelope.offset is None:
+                # (planning refuses these formats; a tombstone's value is null, and replayed so)
                 raise UnreplayableFormatError(f"{obj.key}: its records keep no value bytes or offsets")
             yield ReplayRecord(
                 obj.partition,

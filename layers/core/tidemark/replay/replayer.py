@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from tidemark.config.model import TidemarkConfig
 from tidemark.ledger.base import Ledger
+from tidemark.records.model import Headers
 from tidemark.replay.partitioner import KEY, SAME, Partitioning
 from tidemark.replay.plan import PlannedObject, ReplayPlan, plan_replay, replay_id
 from tidemark.replay.reader import ObjectReader, ReplayRecord, merged
@@ -39,7 +40,6 @@ from tidemark.sources import PartitionId, partition_sort_key
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
-Headers = tuple[tuple[str, bytes], ...]
 Progress = Callable[[int, int], None]  # (records done: produced or skipped, records to replay)
 #: records between two progress reports
 PROGRESS_EVERY = 500
@@ -52,7 +52,7 @@ class ReplayTarget(TargetLog, Protocol):
         """How many partitions the topic has."""
 
     def produce(
-        self, partition: int, key: bytes | None, value: bytes, headers: Headers, timestamp_ms: int | None
+        self, partition: int, key: bytes | None, value: bytes | None, headers: Headers, timestamp_ms: int | None
     ) -> None:
         """Queue one record for ``partition``."""
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Protocol
 
+from tidemark.records.model import Headers
 from tidemark.replay.exceptions import TargetChangedError
 from tidemark.sources import PartitionId, partition_of_text
 
@@ -36,7 +37,6 @@ SOURCE_HEADER = "tidemark.source"
 #: the first (newest) window read back from a partition's end; each older one is twice the last
 FIRST_WINDOW = 64
 
-Headers = tuple[tuple[str, bytes], ...]
 Position = tuple[int, int]  # (epoch, offset)
 
 

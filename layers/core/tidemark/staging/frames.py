@@ -16,7 +16,10 @@ when the record has any -- its schema references (``Record.schemas``)::
     reason_len u32 | reason | header_count u32 | (name_len u32 | data_len u32 | name | data)*
     [ schema_count u32 | (part, format, id: each len u32 | utf-8)* ]
 
-A meta without schema references is byte for byte what it was before they existed.
+A meta without schema references is byte for byte what it was before they existed. A null
+header value (Kafka allows one) has ``data_len`` :data:`NULL_LEN` and no data: only segments of
+version 4 (``tidemark.staging.segment``) may hold such a meta, which every other version reads
+as damage, so :func:`decode_meta` accepts it only when told (``nulls``).
 
 A position beyond a signed 64-bit offset (a Kinesis sequence number: up to 129 decimal digits)
 is framed with magic ``"TW"`` instead: the ``offset`` field holds the position's byte length
@@ -32,7 +35,7 @@ import zlib
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from tidemark.records.model import SchemaRef, Schemas
+from tidemark.records.model import Headers, SchemaRef, Schemas
 
 RAW = 0
 DEAD_LETTER = 1
@@ -41,6 +44,9 @@ NO_EVENT_TIME = -1
 MAGIC = b"TM"
 WIDE_MAGIC = b"TW"  # the position follows the header (see the module docstring)
 _I64_MAX = 2**63 - 1
+#: a length that says "null" (a tombstone's value, a null header value) in the formats that
+#: allow one: no u32 length of real data can be it (a segment is far below 4 GiB)
+NULL_LEN = 0xFFFF_FFFF
 _PREFIX = struct.Struct("<2sI")
 _BODY = struct.Struct("<Bqqqiii")
 _U32 = struct.Struct("<I")
@@ -64,20 +70,28 @@ class Frame(NamedTuple):
     timestamp_ms: int
     event_time_ms: int
     key: bytes | None
-    value: bytes
-    headers: tuple[tuple[str, bytes], ...] = ()
+    value: bytes | None  # None: a tombstone (``Record.value``)
+    headers: Headers = ()
     reason: str = ""
     schemas: Schemas = ()
 
 
-Meta = tuple[str, tuple[tuple[str, bytes], ...], Schemas]
+Meta = tuple[str, Headers, Schemas]
 
 
-def encode_meta(reason: str, headers: Sequence[tuple[str, bytes]], schemas: Schemas = ()) -> bytes:
+def has_null_header(headers: Sequence[tuple[str, bytes | None]]) -> bool:
+    """Whether some header's value is null (its meta needs a segment of version 4)."""
+    return any(data is None for _name, data in headers)
+
+
+def encode_meta(reason: str, headers: Sequence[tuple[str, bytes | None]], schemas: Schemas = ()) -> bytes:
     reason_bytes = reason.encode("utf-8")
     parts = [_U32.pack(len(reason_bytes)), reason_bytes, _U32.pack(len(headers))]
     for name, data in headers:
         name_bytes = name.encode("utf-8")
+        if data is None:
+            parts += [_HEADER_ITEM.pack(len(name_bytes), NULL_LEN), name_bytes]
+            continue
         parts += [_HEADER_ITEM.pack(len(name_bytes), len(data)), name_bytes, data]
     if schemas:
         parts.append(_U32.pack(len(schemas)))
@@ -104,18 +118,23 @@ def _decode_schemas(meta: bytes, pos: int) -> Schemas:
     return tuple(schemas)
 
 
-def decode_meta(meta: bytes) -> Meta:
+def decode_meta(meta: bytes, *, nulls: bool = False) -> Meta:
+    """A meta's reason, headers and schema references; ``nulls``: a null header value
+    (:data:`NULL_LEN`) may occur (segments of version 4), else such a length runs past the end."""
     (reason_len,) = _U32.unpack_from(meta, 0)
     pos = 4 + reason_len
     reason = meta[4:pos].decode("utf-8")
     (count,) = _U32.unpack_from(meta, pos)
     pos += 4
-    headers = []
+    headers: list[tuple[str, bytes | None]] = []
     for _ in range(count):
         name_len, data_len = _HEADER_ITEM.unpack_from(meta, pos)
         pos += _HEADER_ITEM.size
         name = meta[pos : pos + name_len].decode("utf-8")
         pos += name_len
+        if nulls and data_len == NULL_LEN:
+            headers.append((name, None))
+            continue
         headers.append((name, meta[pos : pos + data_len]))
         pos += data_len
     if pos > len(meta):

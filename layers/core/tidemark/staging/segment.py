@@ -1,4 +1,4 @@
-"""The staging segment format (versions 2 and 3): a columnar index and one checksum per segment.
+"""The staging segment format (versions 2, 3 and 4): a columnar index and one checksum per segment.
 
 A segment holds the records one batch adds to one buffer. Version 2 writes them column by
 column, so encoding and decoding are a handful of C calls per segment rather than several per
@@ -19,6 +19,14 @@ Version 3 is version 2 whose metas may also hold schema references (``Record.sch
 segment is written as version 3 only when one of its records has any, so every other segment
 stays version 2 byte for byte, and a version that predates references meets a version-3
 segment as an intact segment of a newer version (its flush waits), never as damage.
+
+Version 4 (``"TSG4"``) is version 3 that may also hold nulls besides a null key: a tombstone's
+null value has ``value_len`` :data:`~tidemark.staging.frames.NULL_LEN` and no bytes in the
+values blob, and a null header value has that length in its meta
+(:mod:`tidemark.staging.frames`). A segment is written as version 4 only when one of its
+records has a null value or a null header value, so every other segment is what it was before,
+and a version that reads only 2 and 3 meets a version-4 segment as newer (its flush stays
+SEALED and waits for a version that reads it), never as damage.
 
 A torn write is detected as surely as with per-record CRCs: the trailer's magic and checksum
 cover every byte, and the declared lengths must add up to the file's size exactly. Segments of
@@ -41,6 +49,7 @@ from tidemark.exceptions import UnsupportedSegmentError
 from tidemark.staging.frames import (
     DEAD_LETTER,
     MAGIC,
+    NULL_LEN,
     WIDE_MAGIC,
     Frame,
     Meta,
@@ -48,10 +57,13 @@ from tidemark.staging.frames import (
     decode_frames,
     decode_meta,
     encode_meta,
+    has_null_header,
 )
 
 SEGMENT_MAGIC = b"TSG2"
 REFS_MAGIC = b"TSG3"  # version 2's layout, schema references in its metas
+NULLS_MAGIC = b"TSG4"  # version 3, plus null values (tombstones) and null header values
+_COLUMNAR = (SEGMENT_MAGIC, REFS_MAGIC, NULLS_MAGIC)
 # Every segment format from 2 on starts with "TSG" and its version, and ends with the trailer
 # below (CRC-32 of every byte before it, "TSGE"): an intact segment of a newer version is told
 # from a damaged one, and reported as unsupported (its flush waits), never as damage.
@@ -73,15 +85,27 @@ def encode_segment(
     timestamps: Sequence[int],
     event_times: Sequence[int],
     keys: Sequence[bytes | None],
-    values: Sequence[bytes],
+    values: Sequence[bytes | None],
     metas: Sequence[bytes],
     *,
     schema_refs: bool = False,
+    null_headers: bool = False,
 ) -> bytes:
     """One segment from its columns (every sequence holds one entry per record, in order);
-    ``schema_refs``: some metas hold schema references (version 3)."""
+    ``schema_refs``: some metas hold schema references (version 3); ``null_headers``: some
+    metas hold a null header value (version 4, as is a segment with a null value)."""
     return b"".join(
-        segment_parts(kinds, positions, timestamps, event_times, keys, values, metas, schema_refs=schema_refs)
+        segment_parts(
+            kinds,
+            positions,
+            timestamps,
+            event_times,
+            keys,
+            values,
+            metas,
+            schema_refs=schema_refs,
+            null_headers=null_headers,
+        )
     )
 
 
@@ -91,15 +115,24 @@ def segment_parts(
     timestamps: Sequence[int],
     event_times: Sequence[int],
     keys: Sequence[bytes | None],
-    values: Sequence[bytes],
+    values: Sequence[bytes | None],
     metas: Sequence[bytes],
     *,
     schema_refs: bool = False,
+    null_headers: bool = False,
 ) -> list[bytes]:
     """``encode_segment``'s bytes as the parts they are made of, in order, never joined: the
     archiver hands them to one ``writev`` (joining a batch's values twice more would copy every
     byte of it twice more)."""
     count = len(positions)
+    tombstones = None in values  # one C-level scan; the common batch has none
+    if tombstones:
+        value_lens = array("I", [NULL_LEN if value is None else len(value) for value in values])
+        value_bytes = b"".join([value for value in values if value is not None])
+    else:
+        value_lens = array("I", map(len, values))  # type: ignore[arg-type]  # no None here
+        value_bytes = b"".join(values)  # type: ignore[arg-type]
+    magic = NULLS_MAGIC if tombstones or null_headers else REFS_MAGIC if schema_refs else SEGMENT_MAGIC
     flags = 0
     if positions and max(positions) > _I64_MAX:
         flags = WIDE
@@ -110,16 +143,16 @@ def segment_parts(
     present = [key for key in keys if key is not None]
     key_lens = array("i", [-1 if key is None else len(key) for key in keys]) if len(present) < count else None
     parts = [
-        _HEADER.pack(REFS_MAGIC if schema_refs else SEGMENT_MAGIC, flags, count, len(position_bytes)),
+        _HEADER.pack(magic, flags, count, len(position_bytes)),
         array("B", kinds).tobytes(),
         array("q", timestamps).tobytes(),
         array("q", event_times).tobytes(),
         (key_lens if key_lens is not None else array("i", map(len, present))).tobytes(),
-        array("I", map(len, values)).tobytes(),
+        value_lens.tobytes(),
         array("I", map(len, metas)).tobytes(),
         position_bytes,
         b"".join(present),
-        b"".join(values),
+        value_bytes,
         b"".join(metas),
     ]
     crc = 0
@@ -145,12 +178,13 @@ def segment_of_frames(frames: Sequence[Frame]) -> bytes:
             for frame in frames
         ],
         schema_refs=any(frame.schemas for frame in frames),
+        null_headers=any(has_null_header(frame.headers) for frame in frames),
     )
 
 
 def is_segment_v2(data: bytes) -> bool:
-    """Version 2 or its extension 3 (the columnar layout)."""
-    return data[:4] in (SEGMENT_MAGIC, REFS_MAGIC)
+    """Version 2 or its extensions 3 and 4 (the columnar layout)."""
+    return data[:4] in _COLUMNAR
 
 
 def decode_segment(data: bytes) -> list[Frame]:
@@ -176,9 +210,10 @@ def _decode_v2(data: bytes) -> list[Frame]:
     if size < _HEADER.size + _TRAILER.size:
         raise TornFrameError(0, f"{size} bytes cannot hold a segment's header and trailer")
     magic, flags, count, positions_len = _HEADER.unpack_from(data, 0)
-    if magic not in (SEGMENT_MAGIC, REFS_MAGIC):
+    if magic not in _COLUMNAR:
         raise TornFrameError(0, "bad magic")
-    refs_allowed = magic == REFS_MAGIC
+    nulls = magic == NULLS_MAGIC
+    refs_allowed = magic != SEGMENT_MAGIC
     crc, trailer = _TRAILER.unpack_from(data, size - _TRAILER.size)
     if trailer != TRAILER_MAGIC:
         raise TornFrameError(size - _TRAILER.size, "no segment trailer (a torn write)")
@@ -205,6 +240,10 @@ def _decode_v2(data: bytes) -> list[Frame]:
     if count and (max(kinds) > DEAD_LETTER or min(key_lens) < -1):
         raise TornFrameError(_HEADER.size, "bad index fields")
     keys_len = sum(length for length in key_lens if length > 0)
+    tombstones: frozenset[int] = frozenset()
+    if nulls and NULL_LEN in value_lens:  # a tombstone's value takes no bytes
+        tombstones = frozenset(index for index, length in enumerate(value_lens) if length == NULL_LEN)
+        value_lens = array("I", [0 if length == NULL_LEN else length for length in value_lens])
     if cursor + keys_len + sum(value_lens) + sum(meta_lens) != body_end:
         raise TornFrameError(cursor, "the index does not add up to the segment's size")
     key_ends = list(accumulate((length if length > 0 else 0 for length in key_lens), initial=cursor))
@@ -216,13 +255,13 @@ def _decode_v2(data: bytes) -> list[Frame]:
     for index in range(count):
         key_len = key_lens[index]
         key = None if key_len < 0 else data[key_ends[index] : key_ends[index + 1]]
-        value = data[value_ends[index] : value_ends[index + 1]]
+        value = None if index in tombstones else data[value_ends[index] : value_ends[index + 1]]
         if meta_lens[index]:
             meta = data[meta_ends[index] : meta_ends[index + 1]]
             decoded = metas.get(meta)
             if decoded is None:
                 try:
-                    decoded = metas[meta] = decode_meta(meta)
+                    decoded = metas[meta] = decode_meta(meta, nulls=nulls)
                 except (struct.error, ValueError) as exc:  # UnicodeDecodeError is a ValueError
                     raise TornFrameError(meta_ends[index], f"bad metadata ({exc})") from None
             reason, headers, schemas = decoded
@@ -276,6 +315,7 @@ def take(column: Sequence[T], indices: Sequence[int]) -> list[T]:
 
 
 __all__ = [
+    "NULLS_MAGIC",
     "REFS_MAGIC",
     "SEGMENT_MAGIC",
     "decode_segment",

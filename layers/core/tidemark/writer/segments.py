@@ -11,14 +11,13 @@ from collections.abc import Sequence
 from operator import itemgetter
 
 from tidemark.buffers import ERRORS_KIND, BufferKey
-from tidemark.records.model import Record
+from tidemark.records.model import Headers, Record
 from tidemark.routing import Routed
-from tidemark.staging.frames import DEAD_LETTER, NO_EVENT_TIME, RAW, encode_meta
+from tidemark.staging.frames import DEAD_LETTER, NO_EVENT_TIME, RAW, encode_meta, has_null_header
 from tidemark.staging.segment import segment_parts, take
 from tidemark.staging.store import PendingSegment
 from tidemark.wireformat import Detector
 
-Headers = tuple[tuple[str, bytes], ...]
 _BUFFER = itemgetter(0)  # of a Routed
 _EVENT_MS = itemgetter(2)  # of a Routed
 
@@ -81,7 +80,19 @@ class SegmentEncoder:
             event_times = list(map(_EVENT_MS, routes))
             cached = self._metas.get
             metas = [(cached(pairs) or self._meta(pairs)) if pairs else b"" for pairs in headers]
-        parts = segment_parts(kinds, positions, timestamps, event_times, keys, values, metas, schema_refs=with_refs)
+        # a null header value needs a segment of version 4: checked once per distinct header set
+        null_headers = any(map(has_null_header, set(headers)))
+        parts = segment_parts(
+            kinds,
+            positions,
+            timestamps,
+            event_times,
+            keys,
+            values,
+            metas,
+            schema_refs=with_refs,
+            null_headers=null_headers,
+        )
         return PendingSegment(buffer, parts, count, positions[0], positions[-1])
 
     def _meta(self, headers: Headers) -> bytes:

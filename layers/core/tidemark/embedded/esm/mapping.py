@@ -206,13 +206,14 @@ def invoke_whole(
 
 
 def record_of(message: Message) -> Record:
-    """A consumed message as the common record (what the ESM would base64-encode)."""
+    """A consumed message as the common record (what the ESM would base64-encode): a tombstone's
+    null value and a null header value stay ``None``, never ``b""``."""
     topic, partition, offset = message.topic(), message.partition(), message.offset()
     assert topic is not None and partition is not None and offset is not None
     raw_headers = message.headers() or ()
     pairs = raw_headers.items() if isinstance(raw_headers, dict) else raw_headers
-    headers = tuple((name, data.encode() if isinstance(data, str) else data or b"") for name, data in pairs)
-    return Record(topic, partition, offset, message.timestamp()[1], message.value() or b"", message.key(), headers)
+    headers = tuple((name, data.encode() if isinstance(data, str) else data) for name, data in pairs)
+    return Record(topic, partition, offset, message.timestamp()[1], message.value(), message.key(), headers)
 
 
 class EventSourceMapping:

@@ -56,8 +56,8 @@ from tidemark.embedded.esm.batching import (
 from tidemark.embedded.esm.invokers import Invocation, Invoker
 from tidemark.embedded.esm.mapping import DeliveryError, MappingError, MappingStats
 from tidemark.records.model import Record
-from tidemark.records.rabbitmq import BROKER_ARN, PROPERTIES
-from tidemark.records.rabbitmq_esm import RabbitMessage, build_rabbitmq_event, message_payload_size
+from tidemark.records.rabbitmq import BROKER_ARN, PROPERTIES, render_timestamp
+from tidemark.records.rabbitmq_esm import HeaderValue, RabbitMessage, build_rabbitmq_event, message_payload_size
 
 if TYPE_CHECKING:
     import pika  # type: ignore[import-untyped]
@@ -183,26 +183,47 @@ class Delivery:
     message: RabbitMessage
 
 
-def _header_value(value: Any) -> bytes | int | str | bool | None:
+def _header_value(value: Any) -> HeaderValue:
     """An AMQP header value as the event renders it: strings and byte strings as byte arrays,
-    integers and booleans as JSON; anything else (floats, decimals, timestamps, nested tables and
-    arrays) as its text."""
+    integers and booleans as JSON, tables and arrays as JSON objects and arrays of values rendered
+    so (Lambda's rendering, ``records.rabbitmq``); anything else (floats, decimals, timestamps) as
+    its text."""
     if value is None or isinstance(value, bytes | str | bool | int):
         return value
+    if isinstance(value, Mapping):
+        return {str(name): _header_value(item) for name, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_header_value(item) for item in value]
     return str(value)
 
 
+_LONG = 2**64
+
+
+def java_date_ms(seconds: int) -> int:
+    """The ms of the ``Date`` the RabbitMQ Java client (Lambda's mapping) makes of an AMQP
+    timestamp: its unsigned 64 bits read as a signed long, times 1000 in a long (wrapping)."""
+    ms = (seconds * 1000) % _LONG
+    return ms - _LONG if ms >= _LONG // 2 else ms
+
+
 def message_of(redelivered: bool, properties: Any, body: bytes) -> RabbitMessage:
-    """A delivered message (pika's ``BasicProperties``) as the event's message."""
-    camel = {
+    """A delivered message (pika's ``BasicProperties``) as the event's message. The timestamp is
+    rendered as Lambda renders it for any AMQP value, in any year; one whose ``Date`` falls before
+    1970 (only from a wrapped long) is given as text, as it is no record timestamp."""
+    camel: dict[str, Any] = {
         name: value for name, attribute in PROPERTIES if (value := getattr(properties, attribute, None)) is not None
     }
     headers: Mapping[str, Any] = properties.headers or {}
     stamp = properties.timestamp
+    ms = -1 if stamp is None else java_date_ms(int(stamp))
+    if stamp is not None and ms < 0:
+        camel["timestamp"] = render_timestamp(ms)
+        ms = -1
     return RabbitMessage(
         body=body,
         message_id=properties.message_id,
-        timestamp_ms=-1 if stamp is None else int(stamp) * 1000,
+        timestamp_ms=ms,
         headers={str(name): _header_value(value) for name, value in headers.items()},
         properties=camel,
         redelivered=redelivered,

@@ -167,7 +167,7 @@ class RegistryDecoder:
         if "key" in self.parts and key is not None:
             key, ref = self._part("key", key)
             schemas.append(ref)
-        if "value" in self.parts:
+        if "value" in self.parts and value is not None:  # a tombstone has nothing to decode
             value, ref = self._part("value", value)
             schemas.append(ref)
         return record._replace(key=key, value=value, schemas=tuple(schemas))
