@@ -343,3 +343,52 @@ def test_a_stream_the_registry_integration_decodes_is_not_rearchived(archive):
     with pytest.raises(UnsupportedSourceError, match="schema registry integration decoded what was staged"):
         Rearchiver(runtime.writer(config.streams[0], 0), runtime.ledger, InMemory(records)).run(0, 3)
     assert list(runtime.ledger.load("orders", 0).quarantined) == [held.flush.flush_id]
+
+
+def test_a_flush_quarantined_before_an_epoch_start_on_the_same_log_is_rearchived(archive, kafka_bootstrap):
+    """Issue 29, finding 5. An epoch started on the same log (the operator resumes at 60, the
+    next offset) leaves the epoch-0 flush quarantined. Failing first: rearchive refused it for its
+    epoch, replay refused its hour and the audit never came back clean, for good. Now it is
+    fetched again from that same log, checked against epoch 0's marks, and archived under its own
+    epoch-0 key."""
+    setup = quarantine(archive, kafka_bootstrap)
+    runtime = archive.runtime(setup.config)
+    runtime.writer(setup.config.streams[0], 0).start_epoch(60, reason="resume on the same log")
+    with KafkaLog(kafka_bootstrap, setup.topic) as log:
+        report = rearchiver(archive, setup, log).run(0, 59)
+    [done] = report.flushes
+    assert (done.key, done.records) == (setup.held.flush.object_key, setup.held.flush.buffer.records)
+    assert "+e1+" not in done.key and runtime.ledger.load("orders", 0).quarantined == {}
+    archive.clock.advance(minutes=31)
+    runtime.writer(setup.config.streams[0], 0).maintain()
+    assert_exactly_once(archive, setup.config, setup.esm)
+
+
+def test_a_flush_quarantined_before_an_epoch_start_on_another_log_is_refused(archive, kafka_bootstrap):
+    """The epoch began on another cluster's copy of the topic (a migration): the flush's offsets
+    name records of the old log, which the configured topic cannot vouch for: refused, nothing
+    changed."""
+    setup = quarantine(archive, kafka_bootstrap)
+    runtime = archive.runtime(setup.config)
+    source = f"tidemark-dr/0a1b2c3d-1111-2222-3333-444455556666-2/{setup.topic}"
+    runtime.writer(setup.config.streams[0], 0).start_epoch(0, source=source, reason="migrated")
+    before = objects(archive)
+    with KafkaLog(kafka_bootstrap, setup.topic) as log, pytest.raises(RefetchMismatchError, match="another log"):
+        rearchiver(archive, setup, log).run(0, 59)
+    assert objects(archive) == before and runtime.ledger.load("orders", 0).quarantined
+
+
+def test_a_flush_quarantined_before_a_recreated_topic_is_refused_by_its_epochs_marks(archive, kafka_bootstrap):
+    """The usual reason for an epoch start: the topic was recreated (same name, same source
+    identity) and holds other records at the flush's offsets now. Epoch 0's marks tell them apart:
+    refused, nothing changed (the range is lost with the old topic: README, "Epochs")."""
+    setup = quarantine(archive, kafka_bootstrap)
+    recreate_topic(kafka_bootstrap, setup.topic, 1)
+    other = make_orders(partitions=1, per_partition=60, hours=1, seed=77, topic=setup.topic)
+    assert produce_records(kafka_bootstrap, other.records[0]) == list(range(60))
+    runtime = archive.runtime(setup.config)
+    runtime.writer(setup.config.streams[0], 0).start_epoch(0, reason="topic recreated")
+    before = objects(archive)
+    with KafkaLog(kafka_bootstrap, setup.topic) as log, pytest.raises(RefetchMismatchError, match="another record"):
+        rearchiver(archive, setup, log).run(0, 59)
+    assert objects(archive) == before and runtime.ledger.load("orders", 0).quarantined

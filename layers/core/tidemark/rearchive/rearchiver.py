@@ -6,8 +6,10 @@ key and render spec. Rearchiving it::
 
     state := ledger.load (consistent)
     for each quarantined flush wholly in the range:           # a range cutting one: refused
-      refuse unless the flush is of the partition's current epoch and the state's source is the
-        configured topic (its offsets name this log)
+      refuse unless the state's source is the configured topic (its offsets name this log) and,
+        for a flush of an earlier epoch (quarantined before an epoch start), that epoch read the
+        same log (the epoch start's previous source): its records are then checked against that
+        epoch's marks instead of the recent fingerprints
       frames := per segment: fetch its offsets from Kafka, route (a clock at the segment's staging
                 time), keep the buffer's records, check count, first, last, encoded size and
                 fingerprints against the ledger                                  # else refused
@@ -30,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tidemark.ledger.base import Ledger
+from tidemark.ledger.model import PartitionState, QuarantinedFlush
 from tidemark.objects.keys import epoch_of_key
 from tidemark.rearchive.exceptions import RefetchMismatchError, UnsupportedSourceError
 from tidemark.rearchive.plan import describe, flushes_in_range
@@ -104,12 +107,8 @@ class Rearchiver:
         for held in flushes_in_range(state, first, last):
             flush = held.flush
             epoch = epoch_of_key(flush.object_key)
-            if epoch != state.epoch:
-                raise RefetchMismatchError(
-                    f"{describe(held)} belongs to epoch {epoch}, and the partition is in epoch {state.epoch} now: "
-                    "its offsets name records of another log"
-                )
-            frames = RefetchedFlush(stream, partition, flush, self._source, dict(state.fingerprints))
+            fingerprints = dict(state.fingerprints) if epoch == state.epoch else self._earlier(state, held, epoch)
+            frames = RefetchedFlush(stream, partition, flush, self._source, fingerprints)
             done = self._writer.rearchive(flush.flush_id, frames)
             buffer = flush.buffer
             if done is None:
@@ -121,3 +120,21 @@ class Rearchiver:
                     RearchivedFlush(flush.flush_id, done.key, buffer.first, buffer.last, done.records, done.size)
                 )
         return report
+
+    def _earlier(self, state: PartitionState, held: QuarantinedFlush, epoch: int) -> dict[int, int]:
+        """A flush quarantined before an epoch start: rearchived from the same log only (the
+        start that ended its epoch recorded that epoch's source), and checked against that
+        epoch's marks (each accept's ends and first record per run of 16 offsets): a recreated
+        topic at those offsets holds other records there, and is refused."""
+        stream, partition = self._writer.stream, self._writer.partition
+        ended = next((start for start in self._ledger.epochs(stream.name, partition) if start.epoch == epoch + 1), None)
+        read = ended.previous_source if ended is not None else ""
+        if ended is None or (read and state.source and read != state.source):
+            raise RefetchMismatchError(
+                f"{describe(held)} belongs to epoch {epoch}, which read {read or 'a log the ledger does not name'}; "
+                f"the partition reads {state.source or 'its configured topic'} now: its offsets name records of "
+                "another log"
+            )
+        buffer = held.flush.buffer
+        marks = self._ledger.marks(stream.name, partition, epoch, range(buffer.first, buffer.last + 1))
+        return {offset: next(iter(crcs)) for offset, crcs in marks.items() if len(crcs) == 1}
