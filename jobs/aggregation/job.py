@@ -2,7 +2,10 @@
 
 The run reads the hour marks first and clears each hour (``aggregated_commits := commits``)
 only if ``commits`` is still what it read: an object committed while the job ran leaves its hour
-dirty, and the next run recomputes the hour whole -- full-value overwrites make that safe.
+dirty, and the next run recomputes the hour whole -- full-value overwrites make that safe. A
+backfill (``hours``) of clean hours marks them dirty before it writes anything, so a backfill that
+dies halfway (some items under a new metric definition, some under the old) is redone by the next
+scheduled run rather than left mixed.
 
 The stream's source kind (``stream.source.shape.kind``) says what its records' identity is:
 Kafka's ``partition``/``offset`` numbers, or a Kinesis shard id and sequence number, both
@@ -95,6 +98,9 @@ def run_aggregation(
     )
     marks = plan(ledger, stream.name, hours)
     report.hours = [mark.hour for mark in marks]
+    for mark in marks:
+        if not mark.dirty:  # a backfill of clean hours: dirty until this run records them aggregated
+            ledger.mark_dirty(mark)
     committed = [
         item for mark in marks for item in ledger.committed_objects(stream.name, mark.hour) if item.kind == "raw"
     ]

@@ -259,3 +259,40 @@ def test_spark_reads_the_archive_root_with_partition_folders_and_hive_hours(spar
     assert report.duplicates == 0 and report.records == sum(1 for e in orders.expected if e.hour)
     assert report.still_dirty == []
     assert_same(table_aggregates(table), expected_aggregates(orders.expected))
+
+
+def test_a_backfill_that_dies_halfway_is_redone_by_the_next_scheduled_run(spark, archive, aggregates):
+    """Issue 30, finding 13. A metric redefined, then a backfill (``hours``) that crashes at its
+    second write: some items carry the new definition, some the old. Failing first: the hours'
+    marks were clean, the next scheduled run planned nothing, and the mix stayed for good."""
+    sink, table = aggregates
+    config = small_config(max_records=120)
+    stream = config.streams[0]
+    runtime = archive.runtime(config)
+    orders = make_orders(partitions=2, per_partition=200, hours=2, late_share=0.0, bad_share=0.0, seed=13)
+    Archiver(runtime).handle(msk_event(orders.all_records()))
+    flush_all(archive, runtime, config, orders.records)
+    first = run_aggregation(spark, stream, ledger=runtime.ledger, bucket=archive.bucket, sink=sink, tasks=2)
+    assert first.cleared and not any(mark.dirty for mark in runtime.ledger.hour_marks("orders"))
+
+    class Crash(Exception):
+        pass
+
+    writes: list[str] = []
+    replace_hour = sink.replace_hour
+
+    def crash_at_the_second_write(*args, **kwargs):
+        writes.append(args[2])
+        if len(writes) == 2:
+            raise Crash
+        return replace_hour(*args, **kwargs)
+
+    sink.replace_hour = crash_at_the_second_write  # type: ignore[method-assign]
+    with pytest.raises(Crash):
+        run_aggregation(spark, stream, ledger=runtime.ledger, bucket=archive.bucket, sink=sink, hours=first.hours)
+    sink.replace_hour = replace_hour  # type: ignore[method-assign]
+    assert sorted(mark.hour for mark in runtime.ledger.hour_marks("orders") if mark.dirty) == sorted(first.hours)
+
+    scheduled = run_aggregation(spark, stream, ledger=runtime.ledger, bucket=archive.bucket, sink=sink, tasks=2)
+    assert sorted(scheduled.hours) == sorted(first.hours) and sorted(scheduled.cleared) == sorted(first.hours)
+    assert_same(table_aggregates(table), expected_aggregates(orders.expected))

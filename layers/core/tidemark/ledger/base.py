@@ -122,6 +122,12 @@ class Ledger(ABC):
             mark, {"manifest_commits": mark.commits, "manifest_key": manifest_key, "completed_ms": now_ms}
         )
 
+    def mark_dirty(self, mark: HourMark) -> bool:
+        """Make the hour dirty for the Spark job (a backfill is about to rewrite its items): a run
+        that dies before it records the hour aggregated leaves it for the next scheduled run,
+        never half rewritten for good. ``False`` if a commit arrived meanwhile (dirty anyway)."""
+        return self._set_if_commits(mark, {"aggregated_commits": -1})
+
     def record_aggregated(self, mark: HourMark) -> bool:
         """The Spark job aggregated the hour's objects up to ``mark.commits``; ``False`` (the hour
         stays dirty) if an object was committed since the job read the mark."""
