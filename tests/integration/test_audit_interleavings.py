@@ -6,13 +6,9 @@ flushed, every fault. ``bench/audit_interleavings.py`` runs hundreds of seeds.""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 from tests.conftest import make_archive
 from tests.support.audit_schedule import run_schedule
-from tests.support.cdk import REPO
+from tests.support.benches import assert_smoke_passes
 
 SEEDS = (0, 1, 2, 3)
 
@@ -32,13 +28,4 @@ def test_every_audit_of_seeded_schedules_reports_exactly_the_damage_done(archive
 
 
 def test_the_bench_runs_in_smoke_mode():
-    done = subprocess.run(
-        [sys.executable, "bench/audit_interleavings.py", "--smoke"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert (done.returncode, report["seeds"], report["passed"], report["failed"]) == (0, 2, 2, []), done.stderr
+    assert_smoke_passes("audit_interleavings.py")

@@ -391,3 +391,14 @@ def test_a_queue_archives_and_resumes_flushes_under_the_templates_roles(iam_serv
     report = verify_messages(archive.s3, archive.bucket, "orders", published.expected, config=config.streams[0])
     assert (report.lost, report.duplicated, report.unexpected) == ([], [], []), report.summary()
     assert report.archived + report.dead_lettered == len(published.expected)
+
+    # A damaged index is rebuilt by SweepPartition under its role: the ledger's objects of the
+    # window read back from S3. Every message redelivered then is a duplicate.
+    index = archive.staging_root / "orders" / "dedupe" / "p0.sqlite"
+    index.write_bytes(b"not a database " * 512)
+    sweep_partition(archive.runtime(config, role="sweep_partition"), "orders", 0)
+    assert list(index.parent.glob("p0.sqlite.damaged-*"))  # set aside: the rebuild went through
+    model.ready.extend(published.messages)
+    model.drain(45)
+    again = verify_messages(archive.s3, archive.bucket, "orders", published.expected, config=config.streams[0])
+    assert (again.lost, again.duplicated, again.unexpected) == ([], [], []), again.summary()

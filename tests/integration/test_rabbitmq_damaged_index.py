@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 
 from tests.integration.test_rabbitmq_exactly_once import assert_exactly_once, finish, queue_config
+from tests.support.harness import damage_first_segment
 from tests.support.queue_model import BROKER_ARN, QueueModel, publish_orders
 from tidemark.archiver import Archiver
 from tidemark.dedupe.exceptions import DedupeIndexDamagedError
@@ -62,7 +63,7 @@ def test_a_rebuild_that_fails_still_flushes_keeping_the_segments_and_the_next_sw
     def unreadable(*_args, **_kwargs):
         raise OSError("S3 is down")
 
-    monkeypatch.setattr("tidemark.writer.partition.archived_ids", unreadable)
+    monkeypatch.setattr("tidemark.dedupe.rebuild.archived_ids", unreadable)
     outcome = archive.runtime(config).writer(config.streams[0], 0).maintain()
     assert sum(flush.records for flush in outcome.flushes) == 30  # flushed although damaged
     kept = sorted(path.name for path in kept_dir(archive).glob("*.seg"))
@@ -75,3 +76,24 @@ def test_a_rebuild_that_fails_still_flushes_keeping_the_segments_and_the_next_sw
     model.ready.extend(messages)  # the first 30 come again: duplicates by the rebuilt index
     finish(archive, config, model, 20)
     assert_exactly_once(archive, config, published)
+
+
+def test_a_quarantined_flush_does_not_stop_the_rebuild(archive):
+    """A flush quarantined for a damaged segment holds ids nobody can read back: the rebuild
+    indexes everything else and goes through (it must not fail on that segment at every sweep,
+    which would leave the queue refused for good)."""
+    config = queue_config(flush={"max_records": 1000, "max_bytes": "1MiB", "max_age": "15m"})
+    published = publish_orders(60, seed=33, no_id=0, bad=0, repeats=0, hours=1)
+    model = QueueModel(list(published.messages), lambda crash: archive.runtime(config, crash))
+    model.drain(30)
+    runtime = archive.runtime(config)
+    raw = [b for b in runtime.ledger.load("orders", 0).buffers.values() if b.key.kind == "raw"]
+    hour = max(raw, key=lambda buffer: buffer.records).key.hour
+    damage_first_segment(archive, runtime, 0, hour)
+    archive.clock.advance(minutes=16)
+    runtime.writer(config.streams[0], 0).maintain()
+    assert runtime.ledger.load("orders", 0).quarantined  # its ids: in an unreadable segment
+
+    damage(archive)
+    archive.runtime(config).writer(config.streams[0], 0).maintain()
+    assert list((archive.staging_root / "orders" / "dedupe").glob("p0.sqlite.damaged-*"))  # rebuilt

@@ -6,13 +6,9 @@ archived exactly once, checked from S3. ``bench/queue_interleavings.py`` runs hu
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
 
-from tests.support.cdk import REPO
+from tests.support.benches import assert_smoke_passes
 from tests.support.queue_schedule import run_schedule
 
 #: a few seeds here (29 and 31 lose to the adoption bug of issue 28 without the index caught up on
@@ -28,13 +24,4 @@ def test_a_seeded_schedule_archives_every_id_exactly_once(archive, seed):
 
 
 def test_the_bench_runs_in_smoke_mode():
-    done = subprocess.run(
-        [sys.executable, "bench/queue_interleavings.py", "--smoke"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert (done.returncode, report["seeds"], report["passed"], report["failed"]) == (0, 2, 2, []), done.stderr
+    assert_smoke_passes("queue_interleavings.py")

@@ -16,7 +16,7 @@ from tests.support.harness import EsmModel, small_config
 from tests.support.kafka import new_topic
 from tests.support.workload import make_orders
 from tidemark.ledger.dynamodb import DynamoDBLedger
-from tidemark.replay import KafkaTarget, Replayer
+from tidemark.replay import KafkaTarget, Replayer, ReplayReport
 
 STREAM = "orders"
 
@@ -39,13 +39,13 @@ def interleaved(archive: Any, config: Any, at: str, action: Any) -> DynamoDBLedg
 FIRST_HOUR, LAST_HOUR = "2026-01-01T00", "2027-12-31T23"
 
 
-def replay(archive: Any, config: Any, ledger: DynamoDBLedger, bootstrap: str, topic: str) -> int:
+def replay(archive: Any, config: Any, ledger: DynamoDBLedger, bootstrap: str, topic: str) -> ReplayReport:
     with KafkaTarget(bootstrap, topic) as target:
         report = Replayer(
             config, STREAM, ledger, archive.s3, archive.bucket, target, topic=topic,
             first_hour=FIRST_HOUR, last_hour=LAST_HOUR,
         ).run()  # fmt: skip
-    return report.produced
+    return report
 
 
 def sources(got: list[Got]) -> list[tuple[int, int]]:
@@ -103,4 +103,5 @@ def test_records_committed_after_the_plan_began_are_left_whole_to_a_rerun(archiv
     got = read_back(kafka_bootstrap, topic)
     expected = sorted([(r.partition, r.offset) for r in workload.all_records()] + [(0, r.offset) for r in later])
     assert sources(got) == expected
-    assert (first, second) == (400, 60)  # the later records are the rerun's
+    assert (first.produced, second.produced) == (400, 60)  # the later records are the rerun's
+    assert first.later_objects > 0 and second.later_objects == 0  # and the first run said so

@@ -135,3 +135,8 @@ def _print(report: ReplayReport) -> None:
     if not report.partitions:
         print("nothing to replay: no committed object in these hours")
     print(f"produced {report.produced}, already there {report.skipped}")
+    if report.later_objects:
+        print(
+            f"{report.later_objects} objects committed while the replay planned were left out: "
+            "run the same command again to replay them"
+        )

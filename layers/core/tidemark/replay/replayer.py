@@ -97,6 +97,8 @@ class ReplayReport:
     target_partitions: int = 0
     objects: int = 0
     records: int = 0  # what the ledger says the objects hold
+    #: objects committed after the plan read their partition's state: left to a rerun
+    later_objects: int = 0
     partitions: list[PartitionReport] = field(default_factory=list)
     #: (target partition, source partition) -> the position the target already held: where each resumed
     resumed: dict[tuple[int, PartitionId], Position] = field(default_factory=dict)
@@ -120,6 +122,7 @@ class ReplayReport:
             "target_partitions": self.target_partitions,
             "objects": self.objects,
             "records": self.records,
+            "later_objects": self.later_objects,
             "produced": self.produced,
             "skipped": self.skipped,
             "partitions": [part.to_dict() for part in self.partitions],
@@ -195,7 +198,7 @@ class Replayer:
         report = ReplayReport(
             self.replay_id, self.stream, self.topic, self.first_hour, self.last_hour, self.partitioner
         )
-        report.objects, report.records = plan.object_count, plan.records
+        report.objects, report.records, report.later_objects = plan.object_count, plan.records, plan.later_objects
         report.target_partitions = partitioning.partitions
         partitioning.check(plan.partitions, self.topic)
         sources_of: dict[int, set[PartitionId]] = {}

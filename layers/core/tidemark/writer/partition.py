@@ -23,7 +23,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import islice
 from operator import attrgetter, itemgetter, lt
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from boto3.exceptions import S3UploadFailedError
 from botocore.exceptions import BotoCoreError, ClientError
@@ -31,7 +31,6 @@ from botocore.exceptions import BotoCoreError, ClientError
 from tidemark.buffers import RAW_KIND, BufferKey
 from tidemark.clock import Clock
 from tidemark.dedupe import DedupeIndex
-from tidemark.dedupe.rebuild import archived_ids
 from tidemark.exceptions import (
     CorruptSegmentError,
     DoubleCommitError,
@@ -69,6 +68,9 @@ from tidemark.writer.outcome import BatchOutcome, FlushOutcome
 from tidemark.writer.positions import Positions, QueueNumbering, SourcePositions
 from tidemark.writer.stream import StreamContext
 
+if TYPE_CHECKING:
+    from tidemark.dedupe.rebuild import ArchivedIds
+
 _BUFFER = itemgetter(0)  # of a Routed
 _EVENT_MS = itemgetter(2)  # of a Routed
 _ROUTE = itemgetter(1)  # of an (offset, Routed) pair
@@ -87,6 +89,19 @@ REARCHIVE_ATTEMPTS = 20
 GC_INTERVAL_MS = 60_000
 # How far ahead of processing time an event time may move the partition's watermark.
 MAX_EVENT_LEAD_MS = 5 * 60_000
+
+
+def _archived_ids(
+    ledger: Ledger, objects: ObjectStore, stream: StreamContext, partition: PartitionId, since_ms: int, clock: Clock
+) -> ArchivedIds:
+    """The ids of a queue's objects committed since ``since_ms`` (a damaged index's rebuild:
+    rare, so its reader -- the object formats' readers and the checker's key parsing -- is
+    imported here, off every archiver's cold start)."""
+    from tidemark.dedupe.rebuild import archived_ids
+
+    return archived_ids(
+        ledger, objects, stream, partition, stream.config.dedupe_settings, since_ms=since_ms, now_ms=clock.now_ms()
+    )
 
 
 def _planned_size() -> int:
@@ -144,15 +159,7 @@ class PartitionWriter:
                 staging=staging,
                 clock=clock,
                 load=self._load,
-                archived=lambda since_ms: archived_ids(
-                    ledger,
-                    objects,
-                    stream,
-                    partition,
-                    stream.config.dedupe_settings,
-                    since_ms=since_ms,
-                    now_ms=clock.now_ms(),
-                ),
+                archived=lambda since_ms: _archived_ids(ledger, objects, stream, partition, since_ms, clock),
             )
         )
         self._deadline_ms: int | None = None  # this run's: no flush starts after it (``write``)

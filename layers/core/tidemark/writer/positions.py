@@ -19,19 +19,21 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from tidemark.clock import Clock
 from tidemark.config.model import DedupeConfig
 from tidemark.dedupe import DedupeIndex, digest
 from tidemark.dedupe.exceptions import DedupeIndexDamagedError
-from tidemark.dedupe.rebuild import ArchivedIds
 from tidemark.exceptions import CorruptSegmentError, StaleNumberingError
 from tidemark.ledger.model import PartitionState
 from tidemark.records.model import Record
 from tidemark.sources import PartitionId
 from tidemark.staging.store import SegmentStore
 from tidemark.writer.outcome import BatchOutcome
+
+if TYPE_CHECKING:
+    from tidemark.dedupe.rebuild import ArchivedIds
 
 logger = logging.getLogger(__name__)
 
@@ -257,10 +259,12 @@ class QueueNumbering:
             archived = self._archived(now - self._settings.window_ms)
             entries = list(archived.entries)
             kept = self._staging.kept(self._stream, self._partition)
-            for segments, read in (
-                (state.staged_segments(), self._staging.read),
-                (kept, self._staging.read_kept),
-            ):
+            # A quarantined flush's segments are damaged or missing: nobody can read its ids (it
+            # is a finding of its own). Any other segment that cannot be read fails the rebuild,
+            # which the next sweep tries again (one moved to ``kept/`` meanwhile, say).
+            quarantined = {s.name for held in state.quarantined.values() for s in held.flush.buffer.segments}
+            readable = [segment for segment in state.staged_segments() if segment.name not in quarantined]
+            for segments, read in ((readable, self._staging.read), (kept, self._staging.read_kept)):
                 for segment in segments:
                     entries += [
                         (digest(frame, self._settings.id), frame.offset, now)
@@ -284,6 +288,7 @@ class QueueNumbering:
                 "objects_read": archived.objects,
                 "records_without_ids": archived.without_ids,
                 "kept_segments_deleted": discarded,
+                "quarantined_segments_skipped": len(quarantined),
                 "indexed_through": state.staged_offset,
                 "set_aside": set_aside,
             },
