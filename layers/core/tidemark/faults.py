@@ -24,6 +24,10 @@ AFTER_UPLOAD = "after_upload"  # object in S3, ledger commit not written
 AFTER_COMMIT = "after_commit"  # committed, staging segments not yet deleted
 DURING_CLEANUP = "during_cleanup"  # some of a committed flush's segments deleted
 
+# ``tidemark recover`` (its upload passes BEFORE_UPLOAD and AFTER_UPLOAD too)
+AFTER_RECOVERY_CLAIM = "after_recovery_claim"  # a unit claimed in the ledger, nothing uploaded
+AFTER_RECOVERY_COMMIT = "after_recovery_commit"  # the unit's objects recorded, the report not yet given
+
 ENV_CRASH_AT = "TIDEMARK_CRASH_AT"
 CRASH_EXIT_CODE = 137  # what a SIGKILL'd process reports; chaos runs read it as "died at the point"
 
@@ -38,6 +42,9 @@ ALL_CRASH_POINTS: tuple[str, ...] = (
     AFTER_COMMIT,
     DURING_CLEANUP,
 )
+
+#: where ``tidemark recover`` can die, in the order one unit passes them
+RECOVERY_CRASH_POINTS: tuple[str, ...] = (AFTER_RECOVERY_CLAIM, BEFORE_UPLOAD, AFTER_UPLOAD, AFTER_RECOVERY_COMMIT)
 
 
 class CrashPoints(Protocol):

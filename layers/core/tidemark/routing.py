@@ -71,6 +71,9 @@ UNRENDERABLE = "unrenderable_value"  # a field the format or a partition level n
 MISSING_MESSAGE_ID = "missing_message_id"  # RabbitMQ: no id under dedupe.id (message_id, header:<name>)
 #: RabbitMQ: a message the event showed in a way the decoder cannot read (``records.rabbitmq``)
 UNDECODABLE = "undecodable_message"
+#: Kafka: a record the event source mapping never delivered (its schema registry integration
+#: could not decode it), archived from the log by ``tidemark recover`` with its produced bytes
+NOT_DELIVERED = "not_delivered_by_mapping"
 
 
 class Rejected(Exception):

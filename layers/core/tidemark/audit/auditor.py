@@ -376,7 +376,7 @@ class Auditor:
                     starts[partition] = {
                         start.epoch: start for start in self._ledger.epochs(self.stream.name, partition)
                     }
-                bounds = _bounds_of(snapshot, epoch, starts.get(partition, {}))
+                bounds = epoch_bounds(snapshot, epoch, starts.get(partition, {}))
                 if bounds.empty and not group:
                     continue  # nothing accepted in this epoch, and nothing archived under it
             why = unbounded.get(partition, "the ledger holds no state for this partition: no bounds")
@@ -384,7 +384,7 @@ class Auditor:
         return summaries
 
     def _tile_one(
-        self, partition: PartitionId, epoch: int, reads: list[_Read], bounds: _Bounds | str, report: AuditReport
+        self, partition: PartitionId, epoch: int, reads: list[_Read], bounds: EpochBounds | str, report: AuditReport
     ) -> PartitionSummary:
         """Tile one epoch of a partition within its ``bounds`` (or, a string: why it has none)."""
         summary = PartitionSummary(partition, epoch, objects=len(reads), records=sum(read.records for read in reads))
@@ -466,7 +466,7 @@ class Auditor:
         if hi < lo:
             return summary
         regions = _merged((read.first, read.last, read.records) for read in vague)
-        for first, last in _missing(held, lo, hi):
+        for first, last in missing_ranges(held, lo, hi):
             for gap_first, gap_last in _outside(first, last, regions):
                 self._gap(partition, epoch, gap_first, gap_last, None, bounds, summary, report)
         for first, last, records in regions:  # what keeps no positions is counted
@@ -508,7 +508,7 @@ class Auditor:
         held: list[int],
         vague: list[_Read],
         lowest: int | None,
-        bounds: _Bounds,
+        bounds: EpochBounds,
         report: AuditReport,
     ) -> None:
         """Kinesis sequence numbers are never contiguous: no tiling, but an epoch whose accepted
@@ -557,7 +557,7 @@ class Auditor:
         first: int,
         last: int,
         present: int | None,
-        bounds: _Bounds,
+        bounds: EpochBounds,
         summary: PartitionSummary,
         report: AuditReport,
     ) -> None:
@@ -598,7 +598,7 @@ class Auditor:
 
 
 @dataclass(frozen=True, slots=True)
-class _Bounds:
+class EpochBounds:
     """What the ledger's snapshot (read before the listing) says one epoch of a partition holds."""
 
     first: int | None  # the epoch's first position; None: not known (``unknown`` says why)
@@ -611,14 +611,14 @@ class _Bounds:
     unknown: str = ""
 
 
-def _bounds_of(state: PartitionState, epoch: int, starts: dict[int, EpochStart]) -> _Bounds:
+def epoch_bounds(state: PartitionState, epoch: int, starts: dict[int, EpochStart]) -> EpochBounds:
     """Epoch ``epoch``'s bounds by the partition's state and its epoch starts: from its first
     position -- epoch 0's first accepted offset, a later epoch's start -- to the last one committed:
     below anything of it still staged (open, sealed or quarantined), else its staged offset (the
     current epoch's own, an earlier epoch's as the next one's start recorded it)."""
     current = state.epoch
     if epoch > current:
-        return _Bounds(
+        return EpochBounds(
             None,
             None,
             False,
@@ -653,7 +653,7 @@ def _bounds_of(state: PartitionState, epoch: int, starts: dict[int, EpochStart])
     last = min(pending) - 1 if pending else staged
     if first is not None and staged is not None and staged < first:
         empty = True  # begun, and nothing accepted since
-    return _Bounds(
+    return EpochBounds(
         first,
         last,
         record_at_first=epoch == 0 and first is not None,
@@ -691,7 +691,7 @@ def _runs(positions: list[int]) -> Iterator[tuple[int, int]]:
     yield start, previous
 
 
-def _missing(held: list[int], lo: int, hi: int) -> Iterator[tuple[int, int]]:
+def missing_ranges(held: list[int], lo: int, hi: int) -> Iterator[tuple[int, int]]:
     """Ranges of ``lo..hi`` that no position of ``held`` (sorted, distinct) covers."""
     previous = lo - 1
     for position in held[bisect_left(held, lo) :]:

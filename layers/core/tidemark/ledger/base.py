@@ -4,11 +4,18 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from tidemark.exceptions import LedgerItemTooLargeError
-from tidemark.ledger.model import CommittedObject, EpochStart, HourMark, PartitionState
+from tidemark.exceptions import InvalidTransitionError, LedgerItemTooLargeError
+from tidemark.ledger.model import (
+    CommittedObject,
+    EpochStart,
+    HourMark,
+    PartitionState,
+    Recovery,
+    RecoveryUnit,
+)
 from tidemark.sources import PartitionId
 
 # DynamoDB refuses items over 400 KB; nothing that large is ever sent (the writer keeps its own,
@@ -141,6 +148,30 @@ class Ledger(ABC):
         """The hour's objects up to ``mark.commits`` were checked against S3 in full."""
         return self._set_if_commits(mark, {"reconciled_commits": mark.commits})
 
+    def recovery(self, stream: str, partition: PartitionId) -> Recovery:
+        """The partition's recoveries (``tidemark recover``): a strongly consistent read."""
+        found = self._get_recovery(stream, partition)
+        return found if found is not None else Recovery(stream, partition)
+
+    def claim_recovery(self, previous: Recovery, unit: RecoveryUnit) -> Recovery:
+        """Fix ``unit`` as the partition's pending recovery, only if the generation is still
+        ``previous.generation`` (``LedgerConflictError`` otherwise: another run moved it)."""
+        if previous.pending is not None:
+            raise InvalidTransitionError(f"{previous.stream}/{previous.partition}: a recovery is already pending")
+        claimed = replace(previous, generation=previous.generation + 1, pending=unit)
+        self._put_recovery(claimed, previous.generation, ())
+        return claimed
+
+    def finish_recovery(self, previous: Recovery, committed: Sequence[CommittedObject]) -> Recovery:
+        """Record the pending unit's objects (each new, each hour's mark counting it as a
+        commit) and clear the unit, in one transaction, only if the generation is still
+        ``previous.generation`` (``LedgerConflictError`` otherwise: another run finished it)."""
+        if previous.pending is None:
+            raise InvalidTransitionError(f"{previous.stream}/{previous.partition}: no recovery is pending")
+        finished = replace(previous, generation=previous.generation + 1, pending=None)
+        self._put_recovery(finished, previous.generation, tuple(committed))
+        return finished
+
     @staticmethod
     def _check_successor(new: PartitionState, previous: PartitionState) -> None:
         if (new.stream, new.partition) != (previous.stream, previous.partition) or new.version != previous.version + 1:
@@ -167,6 +198,15 @@ class Ledger(ABC):
 
     @abstractmethod
     def _put_state_and_epoch(self, state: PartitionState, expected_version: int, record: EpochStart) -> None: ...
+
+    @abstractmethod
+    def _get_recovery(self, stream: str, partition: PartitionId) -> Recovery | None: ...
+
+    @abstractmethod
+    def _put_recovery(self, recovery: Recovery, expected_generation: int, committed: Sequence[CommittedObject]) -> None:
+        """Write ``recovery`` if the stored generation is ``expected_generation`` (0: no item
+        yet), with the ``committed`` object items (each new) and their hours' marks, atomically;
+        ``LedgerConflictError`` when the generation moved."""
 
     @abstractmethod
     def _query_epochs(self, stream: str, partition: PartitionId) -> list[EpochStart]: ...

@@ -42,6 +42,8 @@ from tidemark.ledger.model import (
     OpenBuffer,
     PartitionState,
     QuarantinedFlush,
+    Recovery,
+    RecoveryUnit,
     SealedFlush,
 )
 from tidemark.sources import KINESIS_POSITION_DIGITS, PartitionId
@@ -54,6 +56,9 @@ _SERIALIZER = TypeSerializer()
 _DESERIALIZER = TypeDeserializer()
 STATE_SK = "STATE"
 PARTITIONS_SK = "PARTITIONS"
+RECOVERY_SK = "RECOVERY"  # the partition's recoveries (``tidemark recover``), next to its state
+#: DynamoDB's limit on the actions of one TransactWriteItems
+MAX_TRANSACTION_ITEMS = 100
 TRANSACTION_ATTEMPTS = 5  # on TransactionConflict only; a failed condition is never retried here
 #: offsets per marks item: about one mark per 16 offsets (``tidemark.resets.marks_of``), 64 or so
 MARKS_PAGE_SPAN = 1024
@@ -387,6 +392,45 @@ def _state_item(state: PartitionState) -> dict[str, Any]:
     return wire
 
 
+def recovery_to_item(recovery: Recovery) -> dict[str, Any]:
+    item: dict[str, Any] = {
+        "pk": state_pk(recovery.stream, recovery.partition),
+        "sk": RECOVERY_SK,
+        "stream": recovery.stream,
+        "partition": recovery.partition,
+        "generation": recovery.generation,
+    }
+    unit = recovery.pending
+    if unit is not None:  # one JSON text: an operator reads it whole, DynamoDB never looks inside
+        item["pending"] = orjson.dumps(
+            {
+                "epoch": unit.epoch,
+                "ranges": [[first, last] for first, last in unit.ranges],
+                "objects": [[key, records] for key, records in unit.objects],
+                "claimed_ms": unit.claimed_ms,
+            }
+        ).decode()
+    return item
+
+
+def recovery_from_item(item: dict[str, Any]) -> Recovery:
+    pending = None
+    if "pending" in item:
+        raw = orjson.loads(item["pending"])
+        pending = RecoveryUnit(
+            epoch=int(raw["epoch"]),
+            ranges=tuple((int(first), int(last)) for first, last in raw["ranges"]),
+            objects=tuple((str(key), int(records)) for key, records in raw["objects"]),
+            claimed_ms=int(raw["claimed_ms"]),
+        )
+    return Recovery(
+        stream=item["stream"],
+        partition=_partition_of_item(item["partition"]),
+        generation=int(item["generation"]),
+        pending=pending,
+    )
+
+
 def _version_condition(expected_version: int) -> tuple[str, dict[str, Any]]:
     if expected_version == 0:
         return "attribute_not_exists(pk)", {}
@@ -506,6 +550,77 @@ class DynamoDBLedger(Ledger):
             raise LedgerConflictError(
                 f"{state.stream}/{state.partition}: commit of {committed.key} lost the version check ({reasons})"
             )
+
+    def _get_recovery(self, stream: str, partition: PartitionId) -> Recovery | None:
+        response = self._client.get_item(
+            TableName=self.table_name,
+            Key={"pk": {"S": state_pk(stream, partition)}, "sk": {"S": RECOVERY_SK}},
+            ConsistentRead=True,
+        )
+        item = response.get("Item")
+        return recovery_from_item(_deserialize(item)) if item else None
+
+    def _put_recovery(self, recovery: Recovery, expected_generation: int, committed: Sequence[CommittedObject]) -> None:
+        where = f"{recovery.stream}/{recovery.partition}"
+        put: dict[str, Any] = {"TableName": self.table_name, "Item": _serialize(recovery_to_item(recovery))}
+        if expected_generation == 0:
+            put["ConditionExpression"] = "attribute_not_exists(pk)"
+        else:
+            put["ConditionExpression"] = "generation = :expected"
+            put["ExpressionAttributeValues"] = {":expected": {"N": str(expected_generation)}}
+        items: list[Any] = [{"Put": put}]
+        hours: dict[str, list[CommittedObject]] = {}
+        for obj in committed:
+            hours.setdefault(obj.hour, []).append(obj)
+            items.append(
+                {
+                    "Put": {
+                        "TableName": self.table_name,
+                        "Item": _serialize(object_to_item(obj)),
+                        "ConditionExpression": "attribute_not_exists(pk)",
+                    }
+                }
+            )
+        for hour, objects in hours.items():  # as a commit does: each object is one more commit of its hour
+            items.append(
+                {
+                    "Update": {
+                        "TableName": self.table_name,
+                        "Key": {"pk": {"S": marks_pk(recovery.stream)}, "sk": {"S": hour}},
+                        "UpdateExpression": "ADD commits :n SET last_commit_ms = :now, #stream = :stream",
+                        "ExpressionAttributeNames": {"#stream": "stream"},
+                        "ExpressionAttributeValues": {
+                            ":n": {"N": str(len(objects))},
+                            ":now": {"N": str(max(obj.committed_ms for obj in objects))},
+                            ":stream": {"S": recovery.stream},
+                        },
+                    }
+                }
+            )
+        if len(items) > MAX_TRANSACTION_ITEMS:
+            raise ValueError(f"{where}: {len(items)} items in one transaction (DynamoDB takes {MAX_TRANSACTION_ITEMS})")
+        for attempt in range(1, TRANSACTION_ATTEMPTS + 1):
+            try:
+                if len(items) == 1:
+                    self._client.put_item(**put)
+                else:
+                    self._client.transact_write_items(TransactItems=items)
+                return
+            except ClientError as exc:
+                code = exc.response["Error"]["Code"]
+                if code == "ConditionalCheckFailedException":
+                    reasons: list[Any] = ["ConditionalCheckFailed"]
+                elif code == "TransactionCanceledException":
+                    cancelled: list[dict[str, Any]] = exc.response.get("CancellationReasons", [])  # type: ignore[assignment]
+                    reasons = [reason.get("Code") for reason in cancelled]
+                else:
+                    raise
+            if "TransactionConflict" in reasons and attempt < TRANSACTION_ATTEMPTS:
+                time.sleep(random.uniform(0.01, 0.05) * attempt)  # an hour's mark, busy: back off, retry
+                continue
+            if reasons[:1] == ["ConditionalCheckFailed"]:
+                raise LedgerConflictError(f"{where}: the recovery generation is no longer {expected_generation}")
+            raise LedgerConflictError(f"{where}: recovery of generation {expected_generation} refused ({reasons})")
 
     def _state_item_size(self, state: PartitionState) -> int:
         return item_size(state_to_item(state))

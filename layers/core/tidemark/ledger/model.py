@@ -122,6 +122,40 @@ class EpochStart:
 
 
 @dataclass(frozen=True, slots=True)
+class RecoveryUnit:
+    """Records of one partition that the event source mapping never delivered, claimed for
+    archiving from the source log itself (``tidemark recover``).
+
+    ``ranges`` are the positions of epoch ``epoch`` they lie in (no object held any of them when
+    the unit was planned); ``objects`` the ``(key, records)`` of every object they render into.
+    Both are fixed at the claim, so the run that finishes the unit -- the one that claimed it, or
+    a rerun after a crash -- uploads exactly these objects, or refuses."""
+
+    epoch: int
+    ranges: tuple[tuple[int, int], ...]
+    objects: tuple[tuple[str, int], ...]
+    claimed_ms: int
+
+    @property
+    def records(self) -> int:
+        return sum(records for _key, records in self.objects)
+
+
+@dataclass(frozen=True, slots=True)
+class Recovery:
+    """A partition's recoveries (``tidemark recover``): its fence and the unit claimed, if any.
+
+    ``generation`` grows by one at each claim and each finish. A run plans from what the ledger
+    records at one generation and claims only if it is still that one: a plan never overlaps
+    what another run recovered meanwhile."""
+
+    stream: str
+    partition: PartitionId
+    generation: int = 0
+    pending: RecoveryUnit | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class HourMark:
     """What the ledger knows about one event hour of a stream, as monotonic counters.
 

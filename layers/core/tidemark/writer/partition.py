@@ -859,6 +859,12 @@ class PartitionWriter:
             resumed=resumed,
         )
 
+    def upload(self, flush: SealedFlush, frames: Callable[[], Iterator[Frame]]) -> CommittedObject:
+        """Render ``frames`` with ``flush``'s buffer spec and upload them conditionally under its
+        key, as a flush does (412 with the same records: fine), recording nothing: the object
+        item to record. For objects no staged buffer holds (``tidemark recover``)."""
+        return self._upload(flush, frames, BatchOutcome())
+
     # -- rearchive ----------------------------------------------------------------------------
 
     def rearchive(self, flush_id: str, frames: Callable[[], Iterator[Frame]]) -> FlushOutcome | None:
