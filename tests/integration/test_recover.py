@@ -25,6 +25,7 @@ from tidemark.formats import RenderSpec, format_of
 from tidemark.kafka_log import KafkaLog
 from tidemark.recover import Limits, LogSource, Recoverer, RecoverMismatchError, UnsupportedStreamError
 from tidemark.routing import NOT_DELIVERED
+from tidemark.status import stream_status
 from tidemark.verify import spec_of_key, verify_archive
 
 GLUE = {"kind": "glue", "registry_arn": "arn:aws:glue:us-east-1:123456789012:registry/orders"}
@@ -255,3 +256,17 @@ def test_a_kinesis_stream_is_refused(archive):
             None,  # type: ignore[arg-type]
             clock=archive.clock,
         )
+
+
+def test_status_names_a_recovery_claimed_and_not_finished(archive, kafka_bootstrap):
+    setup = archive_withholding(archive, kafka_bootstrap, WITHHELD)
+    runtime = archive.runtime(setup.config)
+    stream = setup.config.streams[0]
+    assert stream_status(stream, runtime.ledger, archive.clock.now_ms(), partitions=[0]).stale == []
+    with KafkaLog(kafka_bootstrap, setup.topic) as log, pytest.raises(SimulatedCrash):
+        recoverer(archive, setup, log, CrashAt(AFTER_RECOVERY_CLAIM)).run()
+    [row] = stream_status(stream, runtime.ledger, archive.clock.now_ms(), partitions=[0]).stale
+    assert row.stale == [
+        f"a recovery of {len(WITHHELD)} records at offsets 3..118 was claimed 0s ago and not finished: "
+        "tidemark recover --stream orders -p 0 --bootstrap-servers ..."
+    ]

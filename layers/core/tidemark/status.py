@@ -7,7 +7,8 @@ flushes, the watermark -- and, where the source can be asked, its end offset and
 A partition is *stale* when it holds records that should have reached S3 by now: an open buffer
 older than the flush policy's ``max_age`` plus a grace (the sweeper flushes idle buffers), a
 sealed flush older than the grace (its upload keeps failing), any quarantined flush (an operator
-must re-archive it), or -- when the source is known -- a lag while nothing was accepted for the
+must re-archive it), a recovery claimed and not finished (``tidemark recover`` died, or refused
+it), or -- when the source is known -- a lag while nothing was accepted for the
 grace period (a stopped or failing mapping).
 """
 
@@ -19,8 +20,8 @@ from typing import Any, Protocol
 
 from tidemark.config.model import StreamConfig
 from tidemark.ledger.base import Ledger
-from tidemark.ledger.model import OpenBuffer, PartitionState
-from tidemark.sources import PartitionId, partition_sort_key
+from tidemark.ledger.model import OpenBuffer, PartitionState, Recovery
+from tidemark.sources import KAFKA, PartitionId, partition_sort_key
 
 #: how much later than its rule a buffer may still be waiting before the partition is stale
 DEFAULT_GRACE_MS = 15 * 60_000
@@ -99,8 +100,16 @@ def stream_status(
 ) -> StreamStatus:
     """Every partition the ledger registered (plus ``partitions``), in order."""
     known = set(ledger.partitions(stream.name)) | set(partitions)
+    recovers = stream.source.shape.kind == KAFKA  # only a Kafka log is read again by ``tidemark recover``
     rows = [
-        partition_status(stream, ledger.load(stream.name, partition), now_ms, source=source, grace_ms=grace_ms)
+        partition_status(
+            stream,
+            ledger.load(stream.name, partition),
+            now_ms,
+            source=source,
+            grace_ms=grace_ms,
+            recovery=ledger.recovery(stream.name, partition) if recovers else None,
+        )
         for partition in sorted(known, key=partition_sort_key)
     ]
     return StreamStatus(stream.name, now_ms, rows)
@@ -113,6 +122,7 @@ def partition_status(
     *,
     source: EndOffsets | None = None,
     grace_ms: int = DEFAULT_GRACE_MS,
+    recovery: Recovery | None = None,
 ) -> PartitionStatus:
     row = PartitionStatus(
         state.partition,
@@ -145,6 +155,13 @@ def partition_status(
         row.stale.append(
             f"flush {held.flush.object_key} quarantined: tidemark rearchive --stream {state.stream} "
             f"-p {state.partition} --from-offset {buffer.first} --to-offset {buffer.last} --bootstrap-servers ..."
+        )
+    unit = recovery.pending if recovery is not None else None
+    if unit is not None:
+        row.stale.append(
+            f"a recovery of {unit.records} records at offsets {unit.ranges[0][0]}..{unit.ranges[-1][1]} was claimed "
+            f"{_age(now_ms, unit.claimed_ms)} ago and not finished: tidemark recover --stream {state.stream} "
+            f"-p {state.partition} --bootstrap-servers ..."
         )
     if source is not None:
         row.end_offset = source.end_offset(state.partition)
