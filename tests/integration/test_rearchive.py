@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import orjson
 import pytest
 
+from tests.support.audit import committed, erase
 from tests.support.harness import (
     EsmModel,
     RunOtherAt,
@@ -24,7 +25,8 @@ from tests.support.harness import (
 from tests.support.kafka import produce_records
 from tests.support.legacy_segments import LegacySegmentEncoder
 from tests.support.workload import make_orders
-from tidemark.audit import Auditor
+from tidemark.audit import Auditor, AuditReport
+from tidemark.audit.findings import GAP, QUARANTINED
 from tidemark.config import TidemarkConfig, parse_config
 from tidemark.embedded.workload import ensure_topic, recreate_topic
 from tidemark.exceptions import NotRetainedError
@@ -32,10 +34,18 @@ from tidemark.faults import AFTER_COMMIT, AFTER_UPLOAD, BEFORE_UPLOAD, Simulated
 from tidemark.formats import RenderSpec, format_of
 from tidemark.kafka_log import KafkaLog
 from tidemark.ledger.model import PartitionState, QuarantinedFlush
-from tidemark.rearchive import NothingToRearchiveError, RangeSplitsFlushError, Rearchiver, RefetchMismatchError
+from tidemark.rearchive import (
+    NothingToRearchiveError,
+    RangeSplitsFlushError,
+    RearchiveError,
+    Rearchiver,
+    RefetchMismatchError,
+)
+from tidemark.rearchive.abandon import Abandoner, NoSource, SourceNotGivenError, StillRetainedError
 from tidemark.rearchive.exceptions import UnsupportedSourceError
 from tidemark.records.model import Record, SchemaRef
 from tidemark.sources import PartitionId
+from tidemark.status import stream_status
 from tidemark.writer.stream import render_spec
 
 
@@ -392,3 +402,96 @@ def test_a_flush_quarantined_before_a_recreated_topic_is_refused_by_its_epochs_m
     with KafkaLog(kafka_bootstrap, setup.topic) as log, pytest.raises(RefetchMismatchError, match="another record"):
         rearchiver(archive, setup, log).run(0, 59)
     assert objects(archive) == before and runtime.ledger.load("orders", 0).quarantined
+
+
+# -- abandon: a quarantined flush no command can archive any more ---------------------------------
+
+
+def abandoner(archive, setup: Quarantined, source) -> Abandoner:
+    runtime = archive.runtime(setup.config)
+    return Abandoner(runtime.writer(setup.config.streams[0], 0), runtime.ledger, source)
+
+
+def audit_of(archive, setup: Quarantined) -> AuditReport:
+    runtime = archive.runtime(setup.config)
+    return Auditor(setup.config, "orders", runtime.ledger, archive.s3, archive.bucket).run()
+
+
+def test_a_flush_a_recreated_topic_no_longer_holds_is_abandoned_recorded_and_audited(archive, kafka_bootstrap):
+    """Issue 29, finding 5: the flush quarantined before a recreated topic can never be rearchived.
+    Failing first: no command dropped its entry -- the audit reported it for good, status stayed
+    stale, its hour never completed. Abandoned, it is recorded lost (with the operator's reason and
+    what the check found), and every audit lists it while proving the rest whole."""
+    setup = quarantine(archive, kafka_bootstrap)
+    recreate_topic(kafka_bootstrap, setup.topic, 1)
+    other = make_orders(partitions=1, per_partition=60, hours=1, seed=77, topic=setup.topic)
+    assert produce_records(kafka_bootstrap, other.records[0]) == list(range(60))
+    runtime = archive.runtime(setup.config)
+    runtime.writer(setup.config.streams[0], 0).start_epoch(0, reason="topic recreated")
+    before = audit_of(archive, setup)
+    assert [finding.kind for finding in before.findings] == [QUARANTINED]
+    assert stream_status(setup.config.streams[0], runtime.ledger, archive.clock.now_ms(), partitions=[0]).stale
+
+    keys = objects(archive)
+    with KafkaLog(kafka_bootstrap, setup.topic) as log:
+        report = abandoner(archive, setup, log).run(0, 59, "topic recreated on 2026-11-20; the old records are gone")
+    [record] = report.flushes
+    buffer = setup.held.flush.buffer
+    assert (record.flush_id, record.object_key, record.records) == (
+        setup.held.flush.flush_id,
+        setup.held.flush.object_key,
+        buffer.records,
+    )
+    assert "another record" in record.checked and record.reason.startswith("topic recreated")
+    assert objects(archive) == keys  # nothing uploaded, nothing deleted
+    state = runtime.ledger.load("orders", 0)
+    assert state.quarantined == {} and not state.holds_hour(buffer.key.hour)  # its hour can complete
+    assert runtime.ledger.abandoned("orders", 0) == [record]
+    assert stream_status(setup.config.streams[0], runtime.ledger, archive.clock.now_ms(), partitions=[0]).stale == []
+
+    after = audit_of(archive, setup)
+    assert after.findings == [] and after.clean
+    [line] = [item.line() for item in after.abandoned]
+    assert line.startswith(f"abandoned: partition 0, offsets {record.first}..{record.last}, {record.object_key}")
+
+    with KafkaLog(kafka_bootstrap, setup.topic) as log, pytest.raises(NothingToRearchiveError):
+        abandoner(archive, setup, log).run(0, 59, "again")  # a rerun: nothing quarantined left
+
+
+def test_a_loss_beside_an_abandoned_flush_is_still_a_gap(archive, kafka_bootstrap):
+    """The abandoned record accounts for as many positions as the flush held, no more: an object
+    deleted among them is still found."""
+    setup = quarantine(archive, kafka_bootstrap)
+    recreate_topic(kafka_bootstrap, setup.topic, 1)
+    with KafkaLog(kafka_bootstrap, setup.topic) as log:
+        abandoner(archive, setup, log).run(0, 59, "records gone")
+    runtime = archive.runtime(setup.config)
+    buffer = setup.held.flush.buffer
+    inside = [  # an object whose every position lies among the abandoned flush's own segments
+        obj
+        for obj in committed(runtime.ledger, "orders")
+        if any(segment.first <= obj.first and obj.last <= segment.last for segment in buffer.segments)
+    ]
+    assert inside, "the workload must interleave another buffer's object with the abandoned one"
+    erase(archive, inside[0])
+    found = audit_of(archive, setup).findings
+    assert [finding.kind for finding in found] and all(finding.kind == GAP for finding in found)
+
+
+def test_a_flush_kafka_still_holds_is_not_abandoned(archive, kafka_bootstrap):
+    setup = quarantine(archive, kafka_bootstrap)
+    before = objects(archive)
+    with KafkaLog(kafka_bootstrap, setup.topic) as log, pytest.raises(StillRetainedError, match="rearchive"):
+        abandoner(archive, setup, log).run(0, 59, "impatient")
+    assert_unchanged(archive, setup, before)
+    assert archive.runtime(setup.config).ledger.abandoned("orders", 0) == []
+
+
+def test_a_kafka_flush_is_not_abandoned_without_asking_kafka_nor_without_a_reason(archive, kafka_bootstrap):
+    setup = quarantine(archive, kafka_bootstrap)
+    before = objects(archive)
+    with pytest.raises(SourceNotGivenError, match="--bootstrap-servers"):
+        abandoner(archive, setup, NoSource()).run(0, 59, "gone")
+    with KafkaLog(kafka_bootstrap, setup.topic) as log, pytest.raises(RearchiveError, match="--reason"):
+        abandoner(archive, setup, log).run(0, 59, "  ")
+    assert_unchanged(archive, setup, before)

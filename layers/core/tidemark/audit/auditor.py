@@ -40,7 +40,7 @@ from __future__ import annotations
 import hashlib
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
@@ -56,6 +56,7 @@ from tidemark.audit.findings import (
     RANGE_MISMATCH,
     UNKNOWN_OBJECT,
     UNREADABLE,
+    Abandoned,
     AuditReport,
     Finding,
     PartitionSummary,
@@ -65,7 +66,7 @@ from tidemark.config.model import TidemarkConfig
 from tidemark.exceptions import SourceUnavailableError, TidemarkError
 from tidemark.formats import RenderSpec, format_of
 from tidemark.ledger.base import Ledger
-from tidemark.ledger.model import CommittedObject, EpochStart, PartitionState
+from tidemark.ledger.model import AbandonedFlush, CommittedObject, EpochStart, PartitionState
 from tidemark.objects.keys import epoch_of_key, hour_of_key, positions_of_key
 from tidemark.objects.writer import META_SHA256
 from tidemark.sources import KINESIS, PartitionId, partition_sort_key
@@ -350,7 +351,22 @@ class Auditor:
         # hours audited hold any of its objects (its first flush may be the quarantined one). The
         # state is read again here: a quarantine rearchived since the snapshot is no finding.
         partitions = {partition for partition, _epoch in groups} | registered | set(snapshots)
+        lost: dict[PartitionId, list[AbandonedFlush]] = {}
         for partition in sorted(partitions, key=partition_sort_key):
+            lost[partition] = self._ledger.abandoned(self.stream.name, partition)
+            for item in lost[partition]:
+                report.abandoned.append(
+                    Abandoned(
+                        partition,
+                        item.epoch,
+                        item.first,
+                        item.last,
+                        item.records,
+                        item.object_key,
+                        item.reason,
+                        item.abandoned_ms,
+                    )
+                )
             state = self._ledger.load(self.stream.name, partition)
             for held in state.quarantined.values():
                 segments = held.flush.buffer.segments
@@ -380,13 +396,22 @@ class Auditor:
                 if bounds.empty and not group:
                     continue  # nothing accepted in this epoch, and nothing archived under it
             why = unbounded.get(partition, "the ledger holds no state for this partition: no bounds")
-            summaries.append(self._tile_one(partition, epoch, group, bounds or why, report))
+            abandoned = [item for item in lost.get(partition, []) if item.epoch == epoch]
+            summaries.append(self._tile_one(partition, epoch, group, bounds or why, report, abandoned))
         return summaries
 
     def _tile_one(
-        self, partition: PartitionId, epoch: int, reads: list[_Read], bounds: EpochBounds | str, report: AuditReport
+        self,
+        partition: PartitionId,
+        epoch: int,
+        reads: list[_Read],
+        bounds: EpochBounds | str,
+        report: AuditReport,
+        abandoned: Sequence[AbandonedFlush] = (),
     ) -> PartitionSummary:
-        """Tile one epoch of a partition within its ``bounds`` (or, a string: why it has none)."""
+        """Tile one epoch of a partition within its ``bounds`` (or, a string: why it has none).
+        Positions of ``abandoned`` flushes no object holds are accounted for by those records,
+        up to as many as each segment of them held."""
         summary = PartitionSummary(partition, epoch, objects=len(reads), records=sum(read.records for read in reads))
         # Positions held, by the objects that keep them -- and by those that keep none but hold a
         # record at every position of their range (as many records as positions: no choice left).
@@ -466,9 +491,25 @@ class Auditor:
         if hi < lo:
             return summary
         regions = _merged((read.first, read.last, read.records) for read in vague)
+        given_up = _merged(segment for item in abandoned for segment in item.segments)
         for first, last in missing_ranges(held, lo, hi):
             for gap_first, gap_last in _outside(first, last, regions):
-                self._gap(partition, epoch, gap_first, gap_last, None, bounds, summary, report)
+                for part_first, part_last in _outside(gap_first, gap_last, given_up):
+                    self._gap(partition, epoch, part_first, part_last, None, bounds, summary, report)
+        for first, last, records in given_up:  # never more positions missing than were given up
+            unheld = last - first + 1 - (bisect_right(held, last) - bisect_left(held, first))
+            if unheld > records:
+                report.findings.append(
+                    Finding(
+                        GAP,
+                        partition,
+                        first,
+                        last,
+                        "",
+                        f"{unheld} positions here are in no object; the flush abandoned here held {records}",
+                        epoch,
+                    )
+                )
         for first, last, records in regions:  # what keeps no positions is counted
             if first < lo or last > hi:
                 report.unchecked.append(

@@ -82,6 +82,26 @@ class Unchecked:
         return f"not checked: {where}, {positions}: {self.reason}"
 
 
+@dataclass(frozen=True, slots=True)
+class Abandoned:
+    """A quarantined flush an operator recorded as lost (``tidemark abandon``): its positions are
+    accounted for by that record, and the audit says so every time -- no finding, no silence."""
+
+    partition: PartitionId
+    epoch: int
+    first: int
+    last: int
+    records: int
+    key: str  # the object it would have had
+    reason: str
+    abandoned_ms: int
+
+    def line(self) -> str:
+        where = f"partition {self.partition}" + (f" epoch {self.epoch}" if self.epoch else "")
+        positions = f"offset {self.first}" if self.first == self.last else f"offsets {self.first}..{self.last}"
+        return f"abandoned: {where}, {positions}, {self.key}: {self.records} records recorded lost: {self.reason}"
+
+
 @dataclass
 class PartitionSummary:
     """What the audit established for one partition (and position epoch)."""
@@ -112,6 +132,7 @@ class AuditReport:
     partitions: list[PartitionSummary] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     unchecked: list[Unchecked] = field(default_factory=list)  # what could be neither proven nor faulted
+    abandoned: list[Abandoned] = field(default_factory=list)  # recorded lost by an operator: not in the archive
 
     @property
     def clean(self) -> bool:

@@ -111,6 +111,8 @@ def _print(report: AuditReport) -> None:
         print("gaps: not checked (an hour range was given; records of one offset range span hours)")
     for unchecked in report.unchecked:
         print(unchecked.line())
+    for abandoned in report.abandoned:
+        print(abandoned.line())
     for finding in report.findings:
         print(finding.line())
     print(_verdict(report))
@@ -125,4 +127,7 @@ def _verdict(report: AuditReport) -> str:
         return "no findings in the objects of these hours (gaps not checked)"
     if report.unchecked:
         return f"no findings, but not proven whole: {ranges} (above)"
+    if report.abandoned:
+        lost = sum(item.records for item in report.abandoned)
+        return f"clean, but for {lost} records an operator recorded lost (abandoned, above)"
     return "clean"

@@ -9,6 +9,7 @@ from typing import Any
 
 from tidemark.exceptions import InvalidTransitionError, LedgerItemTooLargeError
 from tidemark.ledger.model import (
+    AbandonedFlush,
     CommittedObject,
     EpochStart,
     HourMark,
@@ -62,6 +63,17 @@ class Ledger(ABC):
         self._check_successor(new, previous)
         self._put_state_and_epoch(new, previous.version, record)
         return new
+
+    def abandon(self, new: PartitionState, previous: PartitionState, record: AbandonedFlush) -> PartitionState:
+        """Write the state without the quarantined flush and the record of its loss together
+        (conditional on the version, like every state write; the record must not exist yet)."""
+        self._check_successor(new, previous)
+        self._put_state_and_abandoned(new, previous.version, record)
+        return new
+
+    def abandoned(self, stream: str, partition: PartitionId) -> list[AbandonedFlush]:
+        """Every flush of the partition recorded as lost, by first position."""
+        return sorted(self._query_abandoned(stream, partition), key=lambda item: (item.epoch, item.first))
 
     def epochs(self, stream: str, partition: PartitionId) -> list[EpochStart]:
         """Every epoch start of the partition, oldest first (epoch 0 has no record)."""
@@ -207,6 +219,14 @@ class Ledger(ABC):
         """Write ``recovery`` if the stored generation is ``expected_generation`` (0: no item
         yet), with the ``committed`` object items (each new) and their hours' marks, atomically;
         ``LedgerConflictError`` when the generation moved."""
+
+    @abstractmethod
+    def _put_state_and_abandoned(
+        self, state: PartitionState, expected_version: int, record: AbandonedFlush
+    ) -> None: ...
+
+    @abstractmethod
+    def _query_abandoned(self, stream: str, partition: PartitionId) -> list[AbandonedFlush]: ...
 
     @abstractmethod
     def _query_epochs(self, stream: str, partition: PartitionId) -> list[EpochStart]: ...

@@ -36,6 +36,7 @@ from tidemark.buffers import BufferKey
 from tidemark.exceptions import DoubleCommitError, LedgerConflictError
 from tidemark.ledger.base import Ledger
 from tidemark.ledger.model import (
+    AbandonedFlush,
     CommittedObject,
     EpochStart,
     HourMark,
@@ -273,6 +274,40 @@ def epoch_to_item(stream: str, partition: PartitionId, record: EpochStart) -> di
 
 
 _EPOCH_POSITIONS = ("first_offset", "previous_staged_offset")
+
+
+def abandoned_sk(epoch: int, flush_id: str) -> str:
+    return f"ABANDONED#{epoch:05d}#{flush_id}"
+
+
+def abandoned_to_item(stream: str, partition: PartitionId, record: AbandonedFlush) -> dict[str, Any]:
+    return {
+        "pk": state_pk(stream, partition),
+        "sk": abandoned_sk(record.epoch, record.flush_id),
+        "stream": stream,
+        "partition": partition,
+        "flush_id": record.flush_id,
+        "object_key": record.object_key,
+        "epoch": record.epoch,
+        "segments": orjson.dumps(
+            [[_json_position(first), _json_position(last), n] for first, last, n in record.segments]
+        ).decode(),
+        "reason": record.reason,
+        "checked": record.checked,
+        "abandoned_ms": record.abandoned_ms,
+    }
+
+
+def abandoned_from_item(item: dict[str, Any]) -> AbandonedFlush:
+    return AbandonedFlush(
+        flush_id=item["flush_id"],
+        object_key=item["object_key"],
+        epoch=int(item["epoch"]),
+        segments=tuple((int(first), int(last), int(n)) for first, last, n in orjson.loads(item["segments"])),
+        reason=item["reason"],
+        checked=item["checked"],
+        abandoned_ms=int(item["abandoned_ms"]),
+    )
 
 
 def epoch_from_item(item: dict[str, Any]) -> EpochStart:
@@ -626,6 +661,17 @@ class DynamoDBLedger(Ledger):
         return item_size(state_to_item(state))
 
     def _put_state_and_epoch(self, state: PartitionState, expected_version: int, record: EpochStart) -> None:
+        item = epoch_to_item(state.stream, state.partition, record)
+        self._put_state_and_record(state, expected_version, item, f"epoch {record.epoch} not started")
+
+    def _put_state_and_abandoned(self, state: PartitionState, expected_version: int, record: AbandonedFlush) -> None:
+        item = abandoned_to_item(state.stream, state.partition, record)
+        self._put_state_and_record(state, expected_version, item, f"flush {record.flush_id} not abandoned")
+
+    def _put_state_and_record(
+        self, state: PartitionState, expected_version: int, item: dict[str, Any], what: str
+    ) -> None:
+        """The state and a new record item of the partition (an epoch start, an abandoned flush), together."""
         state_put = self._conditional_state_put(state, expected_version)
         try:
             items: list[Any] = [
@@ -633,7 +679,7 @@ class DynamoDBLedger(Ledger):
                 {
                     "Put": {
                         "TableName": self.table_name,
-                        "Item": _serialize(epoch_to_item(state.stream, state.partition, record)),
+                        "Item": _serialize(item),
                         "ConditionExpression": "attribute_not_exists(pk)",
                     }
                 },
@@ -643,9 +689,19 @@ class DynamoDBLedger(Ledger):
             if exc.response["Error"]["Code"] != "TransactionCanceledException":
                 raise
             raise LedgerConflictError(
-                f"{state.stream}/{state.partition}: epoch {record.epoch} not started, the state moved "
-                f"(expected version {expected_version})"
+                f"{state.stream}/{state.partition}: {what}, the state moved (expected version {expected_version})"
             ) from None
+
+    def _query_abandoned(self, stream: str, partition: PartitionId) -> list[AbandonedFlush]:
+        found: list[AbandonedFlush] = []
+        for page in self._client.get_paginator("query").paginate(
+            TableName=self.table_name,
+            KeyConditionExpression="pk = :pk AND begins_with(sk, :prefix)",
+            ExpressionAttributeValues={":pk": {"S": state_pk(stream, partition)}, ":prefix": {"S": "ABANDONED#"}},
+            ConsistentRead=True,
+        ):
+            found.extend(abandoned_from_item(_deserialize(item)) for item in page.get("Items", []))
+        return found
 
     def _query_epochs(self, stream: str, partition: PartitionId) -> list[EpochStart]:
         found: list[EpochStart] = []

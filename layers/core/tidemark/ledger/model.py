@@ -6,6 +6,7 @@ flushes (a frozen segment set with its object key). A buffer's life::
 
     (none) --accept--> OPEN --accept--> OPEN --seal--> SEALED --commit--> COMMITTED (object item)
     SEALED --quarantine--> QUARANTINED (a damaged segment) --rearchive--> COMMITTED (refetched from Kafka)
+                                                        --abandon--> ABANDONED (recorded lost: source gone)
 
 Every transition returns a new state with ``version + 1``; the ledger writes it only if the
 stored version is still the one it was derived from (the fence of invariant 2).
@@ -78,6 +79,37 @@ class QuarantinedFlush:
     flush: SealedFlush
     error: str
     quarantined_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class AbandonedFlush:
+    """A quarantined flush an operator recorded as lost (``tidemark abandon``): its records were
+    damaged on the staging mount and the source no longer holds them (retention, a recreated
+    topic), so no command can archive them. The record stays in the ledger for good: the audit
+    accounts for its positions with it and reports it, every time.
+
+    ``segments`` are ``(first, last, records)`` of each of its segments: the records of the
+    flush's buffer among those positions (the others went to other buffers' objects)."""
+
+    flush_id: str
+    object_key: str  # the key it would have had
+    epoch: int
+    segments: tuple[tuple[int, int, int], ...]
+    reason: str  # the operator's words
+    checked: str  # why the source could not give the records back, as the command found it
+    abandoned_ms: int
+
+    @property
+    def first(self) -> int:
+        return self.segments[0][0]
+
+    @property
+    def last(self) -> int:
+        return self.segments[-1][1]
+
+    @property
+    def records(self) -> int:
+        return sum(records for _first, _last, records in self.segments)
 
 
 @dataclass(frozen=True, slots=True)
@@ -358,8 +390,9 @@ class PartitionState:
 
     def rearchived(self, flush_id: str, now_ms: int) -> PartitionState:
         """Forget a QUARANTINED flush whose records were fetched again from the source and are now
-        in S3 (``tidemark rearchive``; the object item is written with it). Its segment files,
-        no longer referenced, are garbage from then on."""
+        in S3 (``tidemark rearchive``; the object item is written with it), or that an operator
+        recorded as lost (``tidemark abandon``; its ``AbandonedFlush`` is written with it). Its
+        segment files, no longer referenced, are garbage from then on."""
         if flush_id not in self.quarantined:
             raise InvalidTransitionError(f"flush {flush_id} is not quarantined")
         quarantined = dict(self.quarantined)

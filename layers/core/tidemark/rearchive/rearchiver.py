@@ -86,30 +86,12 @@ class Rearchiver:
     def run(self, first: int, last: int) -> RearchiveReport:
         """Rearchive every quarantined flush of the writer's partition in offsets ``first..last``."""
         stream, partition = self._writer.stream, self._writer.partition
-        if stream.config.source.shape.kind != KAFKA:
-            raise UnsupportedSourceError(
-                f"{stream.name}: rearchive reads Kafka; a {stream.config.source.shape.kind} source's range cannot be "
-                "read again by position here"
-            )
-        if stream.config.source.schema_registry is not None:
-            raise UnsupportedSourceError(
-                f"{stream.name}: the mapping's schema registry integration decoded what was staged; Kafka holds the "
-                "producers' bytes, which rearchive cannot decode the same way"
-            )
         state = self._ledger.load(stream.name, partition)
-        topic = stream.config.source.topic
-        if state.source and state.source.rsplit("/", 1)[-1] != topic:
-            raise RefetchMismatchError(
-                f"{stream.name}/{partition}: the partition archives {state.source!r} now, not topic {topic!r}: "
-                "its offsets name records of another log"
-            )
+        held_flushes = flushes_in_range(state, first, last)
         report = RearchiveReport(stream.name, partition, first, last)
-        for held in flushes_in_range(state, first, last):
+        for held in held_flushes:
             flush = held.flush
-            epoch = epoch_of_key(flush.object_key)
-            fingerprints = dict(state.fingerprints) if epoch == state.epoch else self._earlier(state, held, epoch)
-            frames = RefetchedFlush(stream, partition, flush, self._source, fingerprints)
-            done = self._writer.rearchive(flush.flush_id, frames)
+            done = self._writer.rearchive(flush.flush_id, self.refetched(state, held))
             buffer = flush.buffer
             if done is None:
                 report.flushes.append(
@@ -120,6 +102,31 @@ class Rearchiver:
                     RearchivedFlush(flush.flush_id, done.key, buffer.first, buffer.last, done.records, done.size)
                 )
         return report
+
+    def refetched(self, state: PartitionState, held: QuarantinedFlush) -> RefetchedFlush:
+        """The flush's records as the source holds them now, checked as they are read (call it
+        for the frames); refused before any read when the source cannot give them back."""
+        stream, partition = self._writer.stream, self._writer.partition
+        if stream.config.source.shape.kind != KAFKA:
+            raise UnsupportedSourceError(
+                f"{stream.name}: rearchive reads Kafka; a {stream.config.source.shape.kind} source's range cannot be "
+                "read again by position here"
+            )
+        if stream.config.source.schema_registry is not None:
+            raise UnsupportedSourceError(
+                f"{stream.name}: the mapping's schema registry integration decoded what was staged; Kafka holds the "
+                "producers' bytes, which rearchive cannot decode the same way"
+            )
+        topic = stream.config.source.topic
+        if state.source and state.source.rsplit("/", 1)[-1] != topic:
+            raise RefetchMismatchError(
+                f"{stream.name}/{partition}: the partition archives {state.source!r} now, not topic {topic!r}: "
+                "its offsets name records of another log"
+            )
+        flush = held.flush
+        epoch = epoch_of_key(flush.object_key)
+        fingerprints = dict(state.fingerprints) if epoch == state.epoch else self._earlier(state, held, epoch)
+        return RefetchedFlush(stream, partition, flush, self._source, fingerprints)
 
     def _earlier(self, state: PartitionState, held: QuarantinedFlush, epoch: int) -> dict[int, int]:
         """A flush quarantined before an epoch start: rearchived from the same log only (the

@@ -53,7 +53,7 @@ from tidemark.faults import (
     NoCrashes,
 )
 from tidemark.ledger.base import Ledger
-from tidemark.ledger.model import CommittedObject, EpochStart, PartitionState, SealedFlush
+from tidemark.ledger.model import AbandonedFlush, CommittedObject, EpochStart, PartitionState, SealedFlush
 from tidemark.objects.content import ContentDigest
 from tidemark.objects.keys import epoch_of_key
 from tidemark.objects.writer import ObjectStore
@@ -898,3 +898,30 @@ class PartitionWriter:
             extra={**self._log, "flush": flush_id, "key": flush.object_key, "records": committed.records},
         )
         return self._flushed(flush, committed, resumed=False, reason=REARCHIVE)
+
+    def abandon(self, flush_id: str, reason: str, checked: str) -> AbandonedFlush | None:
+        """Record a QUARANTINED flush as lost and drop it from the state, in one transaction
+        (``tidemark abandon``, once the source was found not to hold its records: ``checked``
+        says how). ``None`` when it is no longer quarantined (a concurrent run rearchived or
+        abandoned it). Its segment files, no longer referenced, are garbage from then on."""
+        for _attempt in range(REARCHIVE_ATTEMPTS):
+            state = self._load()
+            held = state.quarantined.get(flush_id)
+            if held is None:
+                return None
+            now = self._clock.now_ms()
+            flush = held.flush
+            segments = tuple((segment.first, segment.last, segment.records) for segment in flush.buffer.segments)
+            record = AbandonedFlush(
+                flush_id, flush.object_key, epoch_of_key(flush.object_key), segments, reason, checked, now
+            )
+            try:
+                self._remember(self._ledger.abandon(state.rearchived(flush_id, now), state, record))
+            except LedgerConflictError:
+                continue  # the partition is live: read it again
+            logger.warning(
+                "quarantined flush abandoned: its records are recorded lost",
+                extra={**self._log, "flush": flush_id, "records": record.records, "reason": reason},
+            )
+            return record
+        raise LedgerConflictError(f"{self.stream.name}/{self.partition}: abandon kept losing to concurrent writers")
