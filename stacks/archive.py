@@ -272,8 +272,8 @@ class ArchiveBuilder:
             "AlarmTopicArn": (self.observability.topic.topic_arn, "SNS topic the alarms notify"),
             "OperatorPolicyArn": (
                 self.operators.policy.managed_policy_arn,
-                "IAM managed policy of the operator commands (status, audit, rearchive, replay, epoch): attach it "
-                "to your operators' role; Kafka access is their own cluster credentials (--kafka-config)",
+                "IAM managed policy of the operator commands (status, audit, rearchive, recover, replay, epoch): "
+                "attach it to your operators' role; Kafka access is their own cluster credentials (--kafka-config)",
             ),
         }
         for stream, fn in self.archiver.functions.items():

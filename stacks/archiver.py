@@ -15,18 +15,23 @@ bounded (``kafka_retry_attempts``): AWS caps the retries of a mapping with a des
 when they are left unbounded ("When you configure both infinite retries and an on-failure
 destination, Lambda automatically applies a maximum of 10 retry attempts",
 https://docs.aws.amazon.com/lambda/latest/dg/kafka-on-failure-destination.html), and a batch it
-gives up on leaves the archive: an S3 or DynamoDB outage of a few minutes, a ledger that is full,
-a position reset waiting for its operator would each become loss. So a stream's batch is retried
-until it succeeds, unless the stream bounds its retries (``archiver.retry_attempts``): then the
-destination is the bucket's ``aws/lambda/`` prefix, and the ``AbandonedRecords`` alarm counts what
-reaches it or is dropped. A stream on the mapping's schema registry integration keeps unbounded
+gives up on is not archived: an S3 or DynamoDB outage of a few minutes, a ledger that is full,
+a position reset waiting for its operator would each leave records for an operator to recover
+before the topic's retention expires, or lose them. So a stream's batch is retried until it
+succeeds, unless the stream bounds its retries (``archiver.retry_attempts``): then the
+destination is the bucket's ``aws/lambda/`` prefix, the ``AbandonedRecords`` alarm counts what
+reaches it or is dropped, and ``tidemark recover`` archives those records from the topic where
+the archiver would have. A stream on the mapping's schema registry integration keeps unbounded
 retries too: a bound there would also abandon a batch refused for a position reset (waiting for
 its operator) or a storage outage, and after an abandoned reset batch the next ones would be
 archived into the old epoch. So the records the integration cannot decode are dropped by the
 mapping ("If no DLQ is configured, Lambda drops the message", Using schema registries with Kafka
 event sources), counted, and alarmed (``AbandonedRecords``: ``DroppedEventCount`` and
-``SchemaRegistryErrorCount``); ``encoding.wire_format: confluent`` decodes in the archiver
-instead, where an undecodable record is a dead letter with its reason.
+``SchemaRegistryErrorCount``). They stay in the topic: ``tidemark audit`` names their offsets as
+gaps, and ``tidemark recover`` archives them from Kafka -- exactly once, as dead letters with
+their produced bytes -- within the topic's retention. ``encoding.wire_format: confluent``
+decodes in the archiver instead, where an undecodable record is a dead letter with its reason as
+it arrives.
 
 Every function runs on the core layer; the function of a stream whose objects need Parquet, Avro
 or CSV (``needs_format_layer``) also on the formats layer, and only that one: the formats
@@ -156,8 +161,10 @@ class ArchiverConstruct(Construct):
                     f"tidemark:registry-drops-{stream.name}",
                     f"streams[{index}].source.schema_registry: the event source mapping drops the records the "
                     "registry cannot decode (no on-failure destination: unbounded retries keep refused batches "
-                    "whole); they alarm as AbandonedRecords but are not in the archive. To dead-letter them "
-                    "instead, decode in the archiver (encoding.wire_format: confluent)",
+                    "whole); they alarm as AbandonedRecords, `tidemark audit` names them as gaps, and "
+                    "`tidemark recover` archives them from Kafka as dead letters while the topic retains them. To "
+                    "dead-letter them as they arrive instead, decode in the archiver (encoding.wire_format: "
+                    "confluent)",
                 )
             fn = self._function(stream, code, layers, environment, placement)
             grant_ledger(ledger_table, fn)

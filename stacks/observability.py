@@ -309,7 +309,8 @@ class ObservabilityConstruct(Construct):
         return alarm
 
     def _abandoned_alarm(self, stream: StreamConfig) -> cw.Alarm:
-        """Records a Kafka mapping left out of the archive: written to its on-failure destination
+        """Records a Kafka mapping did not deliver (``tidemark recover`` archives them from the
+        topic while it retains them): written to its on-failure destination
         after ``MaximumRetryAttempts`` (``OnFailureDestinationDeliveredEventCount``), dropped --
         when that write failed, or, without a destination, what its schema registry integration
         could not decode (``DroppedEventCount``: "For the DroppedEventCount metric, Lambda emits a
@@ -345,10 +346,11 @@ class ObservabilityConstruct(Construct):
         return self._alarm(
             f"AbandonedRecords-{name}",
             abandoned,
-            f"{name}: the event source mapping left records out of the archive -- given up on after "
-            "archiver.retry_attempts, or not decodable by its schema registry: they are NOT in the archive. "
-            f"{where}; archive them again from Kafka before the topic's retention expires (`tidemark audit` lists "
-            "the missing offsets)",
+            f"{name}: the event source mapping did not deliver records -- given up on after "
+            "archiver.retry_attempts, or not decodable by its schema registry -- so no object holds them yet. "
+            f"{where}. `tidemark audit` names their offsets as gaps; `tidemark recover` archives them from Kafka, "
+            "exactly once (a registry stream's as dead letters), while the topic still retains them: run it before "
+            "the topic's retention expires, then `tidemark audit` again",
         )
 
     def _stream_alarms(self, stream: StreamConfig, fn: lambda_.IFunction) -> list[cw.Alarm]:

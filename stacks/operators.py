@@ -1,34 +1,38 @@
 """What the operator commands need in AWS, as one managed policy to attach to the operators' role.
 
-``tidemark status``, ``audit``, ``rearchive``, ``replay`` and ``epoch`` run on an operator's
-machine with the operator's own credentials. ``OperatorAccess`` is the least privilege they need
-against this deployment, with every action named and every resource scoped:
+``tidemark status``, ``audit``, ``rearchive``, ``recover``, ``replay`` and ``epoch`` run on an
+operator's machine with the operator's own credentials. ``OperatorAccess`` is the least privilege
+they need against this deployment, with every action named and every resource scoped:
 
 * ``cloudformation:DescribeStacks`` on this stack: ``--stack-name`` reads the bucket and ledger
   table from the stack's outputs (``ArchiveBucketName``, ``LedgerTableName``).
 * Reading the ledger (``dynamodb:GetItem``, ``dynamodb:Query``): every command.
 * Writing the ledger (``dynamodb:PutItem``, ``dynamodb:UpdateItem``): ``epoch start`` (the new
-  epoch's state and its audit record, one transaction) and ``rearchive``'s commit (the object's
-  record and the state without the quarantine entry, one transaction). DynamoDB authorizes a
-  transaction item by item, as these actions. ``replay`` writes nothing: it resumes from what the
-  target topic holds. No Scan, no DeleteItem, no batch writes.
+  epoch's state and its audit record, one transaction), ``rearchive``'s commit (the object's
+  record and the state without the quarantine entry, one transaction) and ``recover``'s claim
+  (the partition's recovery item) and finish (the recovery item, each object's record and its
+  hour's mark, one transaction). DynamoDB authorizes a transaction item by item, as these
+  actions. ``replay`` writes nothing: it resumes from what the target topic holds. No Scan, no
+  DeleteItem, no batch writes.
 * Listing the streams' objects (``s3:ListBucket`` on the bucket, conditioned on the streams'
   ``raw/`` and ``errors/`` prefixes): ``audit`` compares the listing with the ledger.
 * Reading the streams' objects (``s3:GetObject``): ``audit`` and ``replay`` read them (dead
-  letters too); ``rearchive`` heads its own object when S3 answers its conditional upload 412 (a
-  rerun after a crash), which S3 authorizes as ``s3:GetObject``.
+  letters too), ``recover`` the ones that do not fill their offset range (which positions they
+  hold); ``rearchive`` and ``recover`` head their own object when S3 answers a conditional upload
+  412 (a rerun after a crash), which S3 authorizes as ``s3:GetObject``.
 * Writing the streams' objects (``s3:PutObject``, ``s3:AbortMultipartUpload``): ``rearchive``
   uploads a quarantined flush -- raw records or dead letters -- under the key it would have had,
-  conditionally (``If-None-Match: *``), in parts above the multipart threshold (each part is
-  ``s3:PutObject``; a failed part aborts the upload). Nothing here can delete an object.
+  ``recover`` the records the event source mapping never delivered under the keys its claim
+  fixed, conditionally (``If-None-Match: *``), in parts above the multipart threshold (each part
+  is ``s3:PutObject``; a failed part aborts the upload). Nothing here can delete an object.
 * The archive key (``kms:Decrypt``, ``kms:GenerateDataKey``): objects are SSE-KMS; reading one
   decrypts its data key, writing one makes a data key, and a multipart upload decrypts it again.
 
-Kafka is not reached through IAM here: ``status``, ``audit``, ``rearchive`` and ``replay`` read
-(and ``replay`` writes) the cluster with the operator's own client credentials, given with
-``--bootstrap-servers`` and ``--kafka-config`` (SASL/SCRAM, TLS, ...), which the cluster's own
-ACLs govern. ``tests/integration/test_iam_operators.py`` runs every command under exactly this
-policy and fails on a grant the commands need and lack, or hold and never use.
+Kafka is not reached through IAM here: ``status``, ``audit``, ``rearchive``, ``recover`` and
+``replay`` read (and ``replay`` writes) the cluster with the operator's own client credentials,
+given with ``--bootstrap-servers`` and ``--kafka-config`` (SASL/SCRAM, TLS, ...), which the
+cluster's own ACLs govern. ``tests/integration/test_iam_operators.py`` runs every command under
+exactly this policy and fails on a grant the commands need and lack, or hold and never use.
 """
 
 from __future__ import annotations
@@ -48,9 +52,10 @@ from tidemark.names import S3_PREFIX, STREAM_NAME
 
 #: the ledger reads every operator command makes (state items, hour marks, committed objects, epochs)
 LEDGER_READ_ACTIONS = ("dynamodb:GetItem", "dynamodb:Query")
-#: the ledger writes of ``epoch start`` and ``rearchive`` (conditional writes and transactions)
+#: the ledger writes of ``epoch start``, ``rearchive`` and ``recover`` (conditional writes and transactions)
 LEDGER_WRITE_ACTIONS = ("dynamodb:PutItem", "dynamodb:UpdateItem")
-#: what ``rearchive``'s conditional uploads need beyond reading (``s3:GetObject``, for the 412 path)
+#: what ``rearchive``'s and ``recover``'s conditional uploads need beyond reading (``s3:GetObject``:
+#: the 412 path)
 OBJECT_WRITE_ACTIONS = ("s3:PutObject", "s3:AbortMultipartUpload")
 #: IAM's managed policy names ("CreatePolicy", PolicyName)
 POLICY_NAME = r"^[\w+=,.@-]{1,128}$"
@@ -124,8 +129,8 @@ class OperatorAccess(Construct):
             "ReadStreamObjects": iam.PolicyStatement(
                 sid="ReadStreamObjects", actions=["s3:GetObject"], resources=objects
             ),
-            "RearchiveStreamObjects": iam.PolicyStatement(
-                sid="RearchiveStreamObjects", actions=list(OBJECT_WRITE_ACTIONS), resources=objects
+            "WriteStreamObjects": iam.PolicyStatement(
+                sid="WriteStreamObjects", actions=list(OBJECT_WRITE_ACTIONS), resources=objects
             ),
             "ArchiveKey": iam.PolicyStatement(
                 sid="ArchiveKey", actions=["kms:Decrypt", "kms:GenerateDataKey"], resources=[key.key_arn]
@@ -135,7 +140,7 @@ class OperatorAccess(Construct):
             self,
             "Policy",
             managed_policy_name=name,
-            description="Tidemark's operator commands (status, audit, rearchive, replay, epoch) against this "
+            description="Tidemark's operator commands (status, audit, rearchive, recover, replay, epoch) against this "
             "archive; Kafka access is the operator's own cluster credentials",
             statements=list(self.statements.values()),
         )

@@ -4,11 +4,13 @@ The stack's ``OperatorAccess`` managed policy (``OperatorPolicyArn``) is taken f
 resolved to this test's bucket, ledger and key (``tests.support.iam``), and held -- exactly its
 statements -- by an ``operator`` role on a moto server of this module's own with IAM enforced.
 The archiver's role archives two partitions of a topic on the session's broker; one partition's
-main raw flush and its dead-letter flush are quarantined (damaged segments). Then the operator,
-through the CLI itself (``tidemark.cli.app``, every boto3 client it makes holding the operator's
-credentials) with ``--stack-name`` as the README shows it, runs ``status``, ``rearchive`` (after a
-rearchive that died after its upload: the rerun meets its own object, 412, and reads it),
-``audit``, ``replay`` into a new topic, ``epoch start`` and ``epoch list``.
+main raw flush and its dead-letter flush are quarantined (damaged segments), and the other's
+mapping never delivered a few records (``WITHHELD``). Then the operator, through the CLI itself
+(``tidemark.cli.app``, every boto3 client it makes holding the operator's credentials) with
+``--stack-name`` as the README shows it, runs ``status``, ``rearchive`` (after a rearchive that
+died after its upload: the rerun meets its own object, 412, and reads it), ``recover`` (after a
+recovery that died after its first upload: the same), ``audit``, ``replay`` into a new topic,
+``epoch start`` and ``epoch list``.
 
 A grant a command needs and the policy lacks fails its step with AccessDenied, as in AWS; a grant
 no command used fails ``test_every_operator_grant_is_used_or_has_a_reason`` unless
@@ -57,11 +59,14 @@ from tidemark.faults import AFTER_UPLOAD, CrashAt, SimulatedCrash
 from tidemark.kafka_log import KafkaLog
 from tidemark.ledger.model import QuarantinedFlush
 from tidemark.rearchive import Rearchiver
+from tidemark.recover import Recoverer
 
 pytestmark = pytest.mark.xdist_group("iam")
 
 STACK = "Tidemark"  # synth_stack's stack: the policy's DescribeStacks names it
 STREAM = "orders"
+#: partition 1's records the event source mapping never delivered (``recover`` archives them)
+WITHHELD = {5, 6, 40}
 
 
 @dataclass
@@ -175,14 +180,17 @@ def operations(iam_server: IamServer, kafka_bootstrap: str, tmp_path_factory: py
         TemplateBody=json.dumps({"Resources": {"Topic": {"Type": "AWS::SNS::Topic"}}, "Outputs": outputs}),
     )
 
-    # The archiver archives both partitions (the records are in Kafka too: rearchive reads them
-    # again). Partition 0's main raw flush and its dead letters' flush are quarantined.
+    # The archiver archives both partitions (the records are in Kafka too: rearchive and recover
+    # read them again). Partition 0's main raw flush and its dead letters' flush are quarantined;
+    # partition 1's mapping moved past the records at WITHHELD without delivering them.
     workload = make_orders(partitions=2, per_partition=60, hours=1, bad_share=0.1, seed=27, topic=topic)
     for partition in (0, 1):
         produced = produce_records(kafka_bootstrap, workload.records[partition])
         assert produced == [record.offset for record in workload.records[partition]]
     esm = EsmModel(workload, archive.runtimes(config))
-    esm.drain(30)  # two accepts per partition: buffers of two segments
+    for start in (0, 30):  # two accepts per partition: buffers of two segments
+        assert esm.deliver([r for r in workload.records[1][start : start + 30] if r.offset not in WITHHELD])
+    esm.drain(30)
     runtime = archive.runtime(config)
     buffers = runtime.ledger.load(STREAM, 0).buffers.values()
     main = max((buffer for buffer in buffers if buffer.key.kind == "raw"), key=lambda buffer: buffer.records)
@@ -215,11 +223,36 @@ def operations(iam_server: IamServer, kafka_bootstrap: str, tmp_path_factory: py
                 return True
         return False
 
-    run.run("rearchive_crashed", rearchive_dies_after_its_upload)
     span = ("--from-offset", 0, "--to-offset", 59, "--bootstrap-servers", kafka_bootstrap)
+    # Abandon reads the records as a rearchive would, and refuses: Kafka still holds them. (Its
+    # write -- the state and a record item in one transaction -- is epoch start's, granted below.)
+    run.run(
+        "abandon",
+        lambda: run.tidemark("abandon", "--stream", STREAM, "-p", 0, *span, "--reason", "test", *where, code=2),
+    )
+    run.run("rearchive_crashed", rearchive_dies_after_its_upload)
     run.run(
         "rearchive",
         lambda: json.loads(run.tidemark("rearchive", "--stream", STREAM, "-p", 0, *span, *where, "--json").stdout),
+    )
+
+    def recover_dies_after_its_first_upload() -> bool:
+        with KafkaLog(kafka_bootstrap, topic) as log:
+            operator = archive.runtime(config, CrashAt(AFTER_UPLOAD), role="operator")
+            writer = operator.writer(config.streams[0], 1)
+            s3 = run.operator.client("s3")
+            try:
+                Recoverer(writer, operator.ledger, s3, archive.bucket, log, clock=archive.clock).run()
+            except SimulatedCrash:
+                return True
+        return False
+
+    run.run("recover_crashed", recover_dies_after_its_first_upload)
+    run.run(
+        "recover",
+        lambda: json.loads(
+            run.tidemark("recover", "--stream", STREAM, *where, "--bootstrap-servers", kafka_bootstrap, "--json").stdout
+        ),
     )
     run.run(
         "audit",
@@ -264,6 +297,12 @@ def test_status_names_the_quarantined_flushes_under_the_operator_policy(operatio
     assert rows[1]["end_offset"] == 60  # the topic's, read with the operator's own Kafka client
 
 
+def test_abandon_refuses_a_flush_kafka_still_holds_under_the_operator_policy(operations: Operations) -> None:
+    result = operations.steps["abandon"].ok()
+    assert "rearchive" in result.stderr and result.stderr.count("\n") == 1
+    assert len(operations.archive.runtime(operations.deployment.config).ledger.abandoned(STREAM, 0)) == 0
+
+
 def test_rearchive_uploads_commits_and_finds_its_own_upload_under_the_operator_policy(
     operations: Operations,
 ) -> None:
@@ -281,6 +320,25 @@ def test_rearchive_uploads_commits_and_finds_its_own_upload_under_the_operator_p
     on_first = {use.action for use in operations.used_by["rearchive"] if use.resource == f"{bucket}/{keys[0]}"}
     assert on_first == {"s3:PutObject", "s3:GetObject"}
     assert operations.archive.runtime(operations.deployment.config).ledger.load(STREAM, 0).quarantined == {}
+
+
+def test_recover_claims_uploads_and_commits_under_the_operator_policy(operations: Operations) -> None:
+    """Partition 1's withheld records; the unit was claimed by the run that died after its first
+    upload, so the CLI finished it: its conditional upload met that object (412) and read it."""
+    assert operations.steps["recover_crashed"].ok() is True
+    report = operations.steps["recover"].ok()
+    rows = {row["partition"]: row for row in report["partitions"]}
+    assert sorted(rows) == [0, 1] and report["records"] == len(WITHHELD) and report["not_retained"] is False
+    assert (rows[0]["records"], rows[0]["units"], rows[0]["unchecked"]) == (0, [], "")
+    [unit] = rows[1]["units"]
+    assert (unit["first"], unit["last"], unit["records"], unit["by_another_run"]) == (5, 40, len(WITHHELD), False)
+    bucket = f"arn:aws:s3:::{operations.archive.bucket}"
+    # before the audit and the replay read every object: the recoveries' own uses
+    on_first = {use.action for use in operations.used_by["recover"] if use.resource == f"{bucket}/{unit['keys'][0]}"}
+    assert on_first == {"s3:PutObject", "s3:GetObject"}
+    table = {use.action for use in operations.used_by["recover"] if use.resource.endswith(operations.archive.table)}
+    assert {"dynamodb:PutItem", "dynamodb:UpdateItem"} <= table  # the claim, the finishing transaction
+    assert operations.archive.runtime(operations.deployment.config).ledger.recovery(STREAM, 1).pending is None
 
 
 def test_audit_finds_the_archive_whole_under_the_operator_policy(operations: Operations) -> None:
@@ -338,7 +396,7 @@ def listing_allowed(statements: list[dict[str, Any]], use: Use) -> bool:
 def test_every_operator_call_is_granted_as_aws_would_grant_it(operations: Operations) -> None:
     """Each recorded authorization is covered by a grant of the policy -- a listing by its prefix
     condition too, which moto does not evaluate."""
-    for step in ("status", "rearchive", "audit", "replay", "epoch"):
+    for step in ("status", "abandon", "rearchive", "recover", "audit", "replay", "epoch"):
         operations.steps[step].ok()
     statements = operations.deployment.operator_statements(operations.archive)
     grants = granted(statements)
@@ -350,7 +408,7 @@ def test_every_operator_call_is_granted_as_aws_would_grant_it(operations: Operat
 
 def test_every_operator_grant_is_used_or_has_a_reason(operations: Operations) -> None:
     """The unused-grant report: a grant no command used and no reason explains fails."""
-    for step in ("status", "rearchive", "audit", "replay", "epoch"):
+    for step in ("status", "abandon", "rearchive", "recover", "audit", "replay", "epoch"):
         operations.steps[step].ok()
     grants = granted(operations.deployment.operator_statements(operations.archive))
     unused = unused_grants(grants, operations.uses())

@@ -18,7 +18,7 @@ from tests.support.workload import make_orders
 from tidemark.audit import Auditor
 from tidemark.audit.findings import GAP
 from tidemark.config import TidemarkConfig, parse_config
-from tidemark.embedded.workload import ensure_topic
+from tidemark.embedded.workload import ensure_topic, recreate_topic
 from tidemark.exceptions import NotRetainedError
 from tidemark.faults import AFTER_RECOVERY_CLAIM, RECOVERY_CRASH_POINTS, SimulatedCrash
 from tidemark.formats import RenderSpec, format_of
@@ -232,6 +232,9 @@ def test_records_the_log_no_longer_retains_are_reported_not_guessed(archive, kaf
         def start_offset(self, partition: int) -> int:
             return 40
 
+        def end_offset(self, partition: int) -> int:
+            return self.log.end_offset(partition)
+
         def records(self, partition: int, first: int, last: int) -> Any:
             if first < 40:
                 raise NotRetainedError(f"offset {first} is no longer retained")
@@ -270,3 +273,65 @@ def test_status_names_a_recovery_claimed_and_not_finished(archive, kafka_bootstr
         f"a recovery of {len(WITHHELD)} records at offsets 3..118 was claimed 0s ago and not finished: "
         "tidemark recover --stream orders -p 0 --bootstrap-servers ..."
     ]
+
+
+def test_offsets_past_the_end_of_a_shorter_log_are_reported_not_dropped(archive, kafka_bootstrap):
+    """Found by review: offsets past the log's end (a topic truncated or recreated shorter) were
+    neither recovered nor reported ("nothing missing")."""
+    setup = archive_withholding(archive, kafka_bootstrap, WITHHELD)
+
+    class Short:
+        """The log as a shorter one: it ends at offset 60."""
+
+        def __init__(self, log: KafkaLog) -> None:
+            self.log = log
+
+        def start_offset(self, partition: int) -> int:
+            return 0
+
+        def end_offset(self, partition: int) -> int:
+            return 60
+
+        def records(self, partition: int, first: int, last: int) -> Any:
+            if first >= 60:
+                raise NotRetainedError(f"offset {first} is past the log's end (60)")
+            return (record for record in self.log.records(partition, first, last) if record.offset < 60)
+
+    with KafkaLog(kafka_bootstrap, setup.topic) as log:
+        report = recoverer(archive, setup, Short(log)).run()
+    assert report.not_retained == [(90, 91), (118, 118)]
+    assert report.records == len([offset for offset in WITHHELD if offset < 60])
+
+
+def test_a_recreated_empty_topic_names_every_missing_offset(archive, kafka_bootstrap):
+    setup = archive_withholding(archive, kafka_bootstrap, WITHHELD)
+    recreate_topic(kafka_bootstrap, setup.topic, 1)
+    objects = keys(archive)
+    with KafkaLog(kafka_bootstrap, setup.topic) as log:
+        report = recoverer(archive, setup, log).run()
+    assert report.not_retained == [(3, 3), (17, 19), (44, 44), (90, 91), (118, 118)]
+    assert report.units == [] and keys(archive) == objects
+
+
+def test_a_recreated_topic_holding_other_records_there_is_refused(archive, kafka_bootstrap):
+    """Found by review: a topic recreated under the same name, before the archiver saw it, holds
+    other records at the missing offsets; recover checks the log against the ledger's marks first
+    and archives nothing."""
+    setup = archive_withholding(archive, kafka_bootstrap, WITHHELD)
+    recreate_topic(kafka_bootstrap, setup.topic, 1)
+    other = make_orders(partitions=1, per_partition=120, hours=2, seed=31, topic=setup.topic)
+    assert produce_records(kafka_bootstrap, other.records[0]) == list(range(120))
+    objects = keys(archive)
+    with KafkaLog(kafka_bootstrap, setup.topic) as log, pytest.raises(RecoverMismatchError, match="another record"):
+        recoverer(archive, setup, log).run()
+    assert keys(archive) == objects
+    assert archive.runtime(setup.config).ledger.recovery("orders", 0).pending is None
+
+
+def test_a_partition_the_ledger_never_saw_says_so(archive, kafka_bootstrap):
+    setup = archive_withholding(archive, kafka_bootstrap, WITHHELD)
+    runtime = archive.runtime(setup.config)
+    writer = runtime.writer(setup.config.streams[0], 7)
+    with KafkaLog(kafka_bootstrap, setup.topic) as log:
+        report = Recoverer(writer, runtime.ledger, archive.s3, archive.bucket, log, clock=archive.clock).run()
+    assert report.units == [] and report.unchecked.startswith("the ledger has no state for this partition")

@@ -97,8 +97,8 @@ def test_the_policy_grants_what_the_operator_commands_do(synthesized: tuple[Tide
             "Action": "s3:GetObject",
             "Resource": objects(bucket, *streams),
         },
-        "RearchiveStreamObjects": {
-            "Sid": "RearchiveStreamObjects",
+        "WriteStreamObjects": {
+            "Sid": "WriteStreamObjects",
             "Effect": "Allow",
             "Action": ["s3:AbortMultipartUpload", "s3:PutObject"],
             "Resource": objects(bucket, *streams),
@@ -176,7 +176,7 @@ def test_object_grants_name_every_streams_folders_and_no_other() -> None:
     statements = by_sid(properties)
     (bucket,) = template.find_resources("AWS::S3::Bucket")
     folders = sorted(f"{prefix}/{stream}" for stream in ("orders", "payments") for prefix in ("archive", "dead"))
-    for sid in ("ReadStreamObjects", "RearchiveStreamObjects"):
+    for sid in ("ReadStreamObjects", "WriteStreamObjects"):
         assert sorted(statements[sid]["Resource"], key=str) == sorted(objects(bucket, *folders), key=str)
     listed = statements["ListStreamObjects"]["Condition"]["StringLike"]["s3:prefix"]
     assert sorted(listed) == sorted(f"{folder}{tail}" for folder in folders for tail in ("/", "/*"))

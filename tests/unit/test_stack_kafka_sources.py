@@ -195,9 +195,15 @@ def test_a_glue_registry_reaches_the_mapping_with_grants_on_it_only(example_conf
     ]
     names = {m["MetricStat"]["Metric"]["MetricName"] for m in alarm["Metrics"] if "MetricStat" in m}
     assert names == {"OnFailureDestinationDeliveredEventCount", "DroppedEventCount", "SchemaRegistryErrorCount"}
-    # ... and the drop is said at synth, with the way to dead-letter them instead
+    # the alarm says where the dropped records are found and how they are archived
+    described = alarm["AlarmDescription"]
+    assert "`tidemark audit` names their offsets as gaps" in described and "`tidemark recover`" in described
+    assert "retention" in described and len(described) <= 1024  # CloudWatch's limit
+    # ... and the drop is said at synth, with the way to recover them and to dead-letter them instead
     (warning,) = Annotations.from_stack(stack).find_warning("*", Match.string_like_regexp(".*cannot decode.*"))
-    assert "encoding.wire_format: confluent" in json.dumps(warning.entry.data)
+    said = json.dumps(warning.entry.data)
+    assert "`tidemark recover` archives them from Kafka as dead letters" in said and "`tidemark audit`" in said
+    assert "encoding.wire_format: confluent" in said
     statements = archiver_statements(template)
     assert actions_on(statements, REGISTRY) == {"glue:GetRegistry", "glue:GetSchemaVersion"}
     assert "glue:*" not in json.dumps(statements)

@@ -221,6 +221,8 @@ def test_bounded_retries_get_the_on_failure_destination_and_its_alarm(example_co
     ]
     metrics = {m["MetricStat"]["Metric"]["MetricName"]: m for m in alarm["Metrics"] if "MetricStat" in m}
     assert set(metrics) == {"OnFailureDestinationDeliveredEventCount", "DroppedEventCount"}
+    assert "on-failure destination" in alarm["AlarmDescription"]
+    assert "`tidemark recover` archives them from Kafka" in alarm["AlarmDescription"]
     for metric in metrics.values():
         assert metric["MetricStat"]["Metric"]["Dimensions"] == [
             {"Name": "EventSourceMappingUUID", "Value": {"Ref": mapping}}

@@ -12,11 +12,13 @@ from types import FrameType
 import typer
 
 from tidemark.cli import epoch
+from tidemark.cli.abandon import abandon
 from tidemark.cli.audit import audit
 from tidemark.cli.cost import cost
 from tidemark.cli.demo import demo
 from tidemark.cli.invoke import invoke
 from tidemark.cli.rearchive import rearchive
+from tidemark.cli.recover import recover
 from tidemark.cli.replay import replay
 from tidemark.cli.status import status
 
@@ -36,6 +38,8 @@ app.command()(audit)
 app.command()(status)
 app.command()(replay)
 app.command()(rearchive)
+app.command()(recover)
+app.command()(abandon)
 app.command()(cost)
 
 

@@ -56,6 +56,7 @@ from tidemark.records.model import Record
 from tidemark.recover.exceptions import RecoverError, RecoverMismatchError, UnsupportedStreamError
 from tidemark.recover.plan import DEFAULT_LIMITS, Limits, PlannedUnit, Withheld, clip, cut
 from tidemark.recover.view import held_positions
+from tidemark.resets import MARK_GRID, fingerprint
 from tidemark.routing import NOT_DELIVERED, Router
 from tidemark.sources import KAFKA, PartitionId
 from tidemark.staging.frames import Frame
@@ -89,6 +90,10 @@ class LogSource(Protocol):
 
     def start_offset(self, partition: PartitionId) -> int:
         """The partition's first retained position."""
+        ...
+
+    def end_offset(self, partition: PartitionId) -> int:
+        """The position the partition's next record will get."""
         ...
 
 
@@ -196,23 +201,60 @@ class Recoverer:
         bounds = epoch_bounds(state, state.epoch, starts)
         now = self._clock.now_ms()
         lo, hi = bounds.first, bounds.last
-        if lo is None or hi is None or hi < lo:
-            report.unchecked = bounds.unknown or "nothing committed in the current epoch yet"
+        if not state.version:
+            report.unchecked = "the ledger has no state for this partition: nothing archived from it yet"
+            return [], now
+        if lo is None or hi is None or hi < lo or bounds.empty:
+            report.unchecked = "nothing committed in the current epoch yet" if bounds.empty else bounds.unknown
+            report.unchecked = report.unchecked or "nothing committed in the current epoch yet"
             return [], now
         held = held_positions(self._stream, self._ledger, self._s3, self._bucket, self._partition, state.epoch, lo, hi)
         missing = list(missing_ranges(held, lo, hi))
+        if not missing:
+            return [], now
         withheld: list[Withheld] = []
         router = Router(self._stream.config, ManualClock(now))
         starts_of = [first for first, _last in missing]
-        for first, last in _spans(missing):
+        start, end = self._source.start_offset(self._partition), self._source.end_offset(self._partition)
+        for first, last in _spans(missing, lo, hi):
+            # What the log no longer holds (retention took its start; a recreated or truncated
+            # topic ends before it) is named, never guessed.
+            report.not_retained.extend(clip(missing, first, min(last, start - 1)))
+            report.not_retained.extend(clip(missing, max(first, end), last))
+            first, last = max(first, start), min(last, end - 1)
+            if first > last:
+                continue
             records = self._read(first, last)
-            if records is None:  # the log starts past the span: recoverable from its start on, if at all
-                start = self._source.start_offset(self._partition)
-                report.not_retained.extend(clip(missing, first, min(start - 1, last)))
-                records = self._read(start, last) if start <= last else []
-            wanted = [record for record in records or () if _within(missing, starts_of, record.offset)]
+            if records is None:  # retention moved on while the plan read
+                report.not_retained.extend(clip(missing, first, last))
+                continue
+            self._check_log(records, state.epoch, first, last)
+            wanted = [record for record in records if _within(missing, starts_of, record.offset)]
             withheld.extend(self._route(router, wanted))
+        report.not_retained = _merged(report.not_retained)
         return cut(missing, withheld, self._limits), now
+
+    def _check_log(self, records: Sequence[Record], epoch: int, first: int, last: int) -> None:
+        """The log read is the one the epoch archived: every record read where the ledger keeps a
+        mark (an accept's ends, its first record in each run of 16 offsets) is the one marked
+        there, and at least one is. A topic recreated under the same name holds other records at
+        the same offsets, and the archiver has not necessarily seen it yet."""
+        marks = self._ledger.marks(self._stream.name, self._partition, epoch, [record.offset for record in records])
+        checked = 0
+        for record in records:
+            known = marks.get(record.offset)
+            if known:
+                if fingerprint(record) not in known:
+                    raise RecoverMismatchError(
+                        f"{self._where} offset {record.offset}: the log holds another record than the one archived "
+                        "there (a recreated topic?): start a new epoch (`tidemark epoch start`) instead of recovering"
+                    )
+                checked += 1
+        if not checked:
+            raise RecoverMismatchError(
+                f"{self._where} offsets {first}..{last}: no record the log holds there matches a mark of the ledger "
+                "(marks expire after 400 days): recover does not guess that this is the log the epoch archived"
+            )
 
     def _read(self, first: int, last: int) -> list[Record] | None:
         """The log's records at ``first..last``; ``None`` when it no longer retains ``first``."""
@@ -308,12 +350,26 @@ def _within(missing: Sequence[tuple[int, int]], starts: list[int], position: int
     return index >= 0 and missing[index][0] <= position <= missing[index][1]
 
 
-def _spans(missing: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The missing ranges grouped into reads: ranges closer than ``READ_SPAN`` in one."""
+def _spans(missing: Sequence[tuple[int, int]], lo: int, hi: int) -> list[tuple[int, int]]:
+    """The missing ranges grouped into reads (ranges closer than ``READ_SPAN`` in one), each
+    widened to whole runs of ``MARK_GRID`` offsets within ``lo..hi``: records the archiver
+    accepted around them, whose marks tell whether the log is still the epoch's."""
     spans: list[tuple[int, int]] = []
     for first, last in missing:
+        first = max(lo, first - first % MARK_GRID)
+        last = min(hi, last - last % MARK_GRID + MARK_GRID - 1)
         if spans and first - spans[-1][1] <= READ_SPAN:
-            spans[-1] = (spans[-1][0], last)
+            spans[-1] = (spans[-1][0], max(spans[-1][1], last))
         else:
             spans.append((first, last))
     return spans
+
+
+def _merged(ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    merged: list[tuple[int, int]] = []
+    for first, last in sorted(ranges):
+        if merged and first <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], last))
+        else:
+            merged.append((first, last))
+    return merged
