@@ -14,7 +14,7 @@ import pytest
 
 from tests.support.harness import EsmModel, RunOtherAt, assert_objects_describe_themselves, small_config_data
 from tests.support.kafka import produce_records
-from tests.support.workload import make_orders
+from tests.support.workload import BASE_MS, make_orders
 from tidemark.audit import Auditor
 from tidemark.audit.findings import GAP
 from tidemark.config import TidemarkConfig, parse_config
@@ -313,13 +313,16 @@ def test_a_recreated_empty_topic_names_every_missing_offset(archive, kafka_boots
     assert report.units == [] and keys(archive) == objects
 
 
-def test_a_recreated_topic_holding_other_records_there_is_refused(archive, kafka_bootstrap):
+@pytest.mark.parametrize("registry", [False, True], ids=["marks", "registry-archive"])
+def test_a_recreated_topic_holding_other_records_there_is_refused(archive, kafka_bootstrap, registry):
     """Found by review: a topic recreated under the same name, before the archiver saw it, holds
-    other records at the missing offsets; recover checks the log against the ledger's marks first
-    and archives nothing."""
-    setup = archive_withholding(archive, kafka_bootstrap, WITHHELD)
+    other records at the missing offsets; recover checks the log first -- against the ledger's
+    marks, or a registry stream's (whose marks are of decoded values) against the archived records'
+    timestamps, keys and headers -- and archives nothing."""
+    setup = archive_withholding(archive, kafka_bootstrap, WITHHELD, registry=registry)
     recreate_topic(kafka_bootstrap, setup.topic, 1)
-    other = make_orders(partitions=1, per_partition=120, hours=2, seed=31, topic=setup.topic)
+    later = BASE_MS + 3_600_000  # produced later: other timestamps
+    other = make_orders(partitions=1, per_partition=120, hours=2, seed=31, topic=setup.topic, base_ms=later)
     assert produce_records(kafka_bootstrap, other.records[0]) == list(range(120))
     objects = keys(archive)
     with KafkaLog(kafka_bootstrap, setup.topic) as log, pytest.raises(RecoverMismatchError, match="another record"):
@@ -335,3 +338,45 @@ def test_a_partition_the_ledger_never_saw_says_so(archive, kafka_bootstrap):
     with KafkaLog(kafka_bootstrap, setup.topic) as log:
         report = Recoverer(writer, runtime.ledger, archive.s3, archive.bucket, log, clock=archive.clock).run()
     assert report.units == [] and report.unchecked.startswith("the ledger has no state for this partition")
+
+
+def test_a_registry_stream_whose_archiver_saw_decoded_values_is_recovered(archive, kafka_bootstrap):
+    """Found by review: the mapping's registry integration delivers its own rendering of each
+    value, so the ledger's marks (of what was delivered) never match the log's bytes; the log is
+    checked against the archived records instead."""
+    topic = f"recover-{uuid.uuid4().hex[:8]}"
+    ensure_topic(kafka_bootstrap, topic, 1)
+    data = small_config_data(max_records=10_000, topic=topic)
+    data["streams"][0]["source"]["schema_registry"] = GLUE
+    data["streams"][0]["archiver"] = {"provisioned_pollers": {"minimum": 1, "maximum": 2}}
+    config = parse_config(data)
+    workload = make_orders(partitions=1, per_partition=120, hours=2, seed=9, topic=topic)
+    rows = workload.records[0]
+    assert produce_records(kafka_bootstrap, rows) == [record.offset for record in rows]
+    esm = EsmModel(workload, lambda crash: archive.runtime(config, crash))
+    decoded = [row if row.value is None else row._replace(value=b" " + row.value) for row in rows]
+    for start in range(0, len(decoded), 30):
+        assert esm.deliver([row for row in decoded[start : start + 30] if row.offset not in {3, 44}])
+    flush(archive, config)
+    setup = Withheld(config, esm, topic, {3, 44}, True)
+    with KafkaLog(kafka_bootstrap, topic) as log:
+        report = recoverer(archive, setup, log).run()
+    assert report.records == 2
+    assert audit(archive, setup, kafka_bootstrap).clean
+
+
+def test_records_withheld_before_the_first_one_delivered_are_recovered_when_the_archive_began_at_the_log_start(
+    archive, kafka_bootstrap
+):
+    """Found by review: records the mapping withheld before the first one it delivered lie below
+    epoch 0's first accepted offset, where neither the audit nor a plain recover looks. With
+    ``from_log_start`` (the mapping started at TRIM_HORIZON with a group of its own) they are."""
+    withheld = {0, 1, 50}
+    setup = archive_withholding(archive, kafka_bootstrap, withheld, registry=True)
+    with KafkaLog(kafka_bootstrap, setup.topic) as log:
+        plain = recoverer(archive, setup, log).run()
+        assert plain.records == 1  # offset 50 only
+        report = recoverer(archive, setup, log, from_log_start=True).run()
+    assert report.records == 2
+    assert_exactly_once(archive, setup)
+    assert audit(archive, setup, kafka_bootstrap).clean

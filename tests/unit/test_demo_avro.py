@@ -15,10 +15,16 @@ import yaml
 from tests.conftest import EXAMPLE_CONFIG, REPO
 from tests.support.harness import example_config_data
 from tidemark.embedded.demo import DemoOptions, demo_config
-from tidemark.embedded.esm.registry import RegistryDecoder
+from tidemark.embedded.esm.registry import DESERIALIZATION_ERROR, SCHEMA_NOT_FOUND, RegistryDecoder
 from tidemark.embedded.schema_registry import LocalSchemaRegistry
 from tidemark.embedded.workload import WorkloadSpec, generate
-from tidemark.embedded.workload_avro import AVRO_MALFORMED_KINDS, ORDER_SCHEMA, AvroOrders, value_subject
+from tidemark.embedded.workload_avro import (
+    AVRO_MALFORMED_KINDS,
+    FOREIGN_SCHEMA_ID,
+    ORDER_SCHEMA,
+    AvroOrders,
+    value_subject,
+)
 from tidemark.exceptions import ConfigError
 from tidemark.records.model import Record, SchemaRef
 from tidemark.wireformat import parse as parse_wire_format
@@ -95,3 +101,44 @@ def test_avro_is_refused_where_it_cannot_run(tmp_path):
         demo_config(DemoOptions(REPO, configured))
     _data, _config, stream = demo_config(DemoOptions(REPO, configured, avro=True))
     assert stream.source.schema_registry is not None  # replaced once the local registry runs
+
+
+def test_a_few_orders_bypass_the_serializer_and_are_expected_as_dead_letters_as_produced():
+    orders = list(generate(WorkloadSpec(records=3000), NOW_MS, "UTC", AVRO_MALFORMED_KINDS))
+    with LocalSchemaRegistry() as registry:
+        schema_id = registry.client().register(value_subject("orders"), ORDER_SCHEMA)
+        avro = AvroOrders(registry.url, SECRET_ARN, "orders-value", schema_id)
+        encoded = avro.encode(orders)
+        mixed = avro.bypassing(encoded)
+        records = [Record("orders", 0, n, NOW_MS, order.value, order.key) for n, order in enumerate(mixed)]
+        decoded = RegistryDecoder(registry.client()).decode(records)
+
+    bypassed = [n for n, (before, after) in enumerate(zip(encoded, mixed, strict=True)) if before != after]
+    assert bypassed == [125, 625, 1125, 1625, 2125, 2625]  # 1 in 500, spread over the run (its hours)
+    assert [rejection.record.offset for rejection in decoded.rejected] == bypassed
+    assert [rejection.reason for rejection in decoded.rejected] == [
+        *(SCHEMA_NOT_FOUND, SCHEMA_NOT_FOUND, DESERIALIZATION_ERROR) * 2  # no header, another id, cut short
+    ]
+    assert len({encoded[n].hour for n in bypassed} - {None}) >= 3  # the hours the orders would have had
+    for n in bypassed:
+        order, original = mixed[n], encoded[n]
+        # what the archive must hold: a dead letter, the value byte for byte as produced, no schema id
+        assert (order.hour, order.archived, order.schemas, order.late) == (None, None, (), False)
+        assert (order.key, order.headers) == (original.key, original.headers)
+    not_wire, foreign, cut = (mixed[n].value or b"" for n in bypassed[:3])
+    assert not_wire == encoded[bypassed[0]].archived  # the order's JSON
+    assert parse_wire_format(foreign) == (FOREIGN_SCHEMA_ID, parse_wire_format(encoded[bypassed[1]].value or b"")[1])
+    wire_id, payload = parse_wire_format(cut)
+    whole = parse_wire_format(encoded[bypassed[2]].value or b"")[1]
+    assert wire_id == schema_id and payload and len(payload) < len(whole) and whole.startswith(payload)
+
+
+def test_short_runs_still_bypass_a_few_and_none_when_the_share_is_zero():
+    orders = list(generate(WorkloadSpec(records=40), NOW_MS, "UTC", AVRO_MALFORMED_KINDS))
+    avro = AvroOrders("http://127.0.0.1:1", SECRET_ARN, "orders-value", 3)
+    encoded = avro.encode(orders)
+
+    short = avro.bypassing(encoded)
+    assert [n for n, order in enumerate(short) if order.archived is None] == [3, 16, 29]  # never the first order
+    assert avro.bypassing(encoded, share=0) == encoded
+    assert avro.bypassing(encoded[:1]) == encoded[:1]

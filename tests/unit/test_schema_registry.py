@@ -18,7 +18,8 @@ import orjson
 import pytest
 
 from tidemark.config.model import SchemaRegistryConfig
-from tidemark.embedded.esm.mapping import MappingStats
+from tidemark.embedded.esm.invokers import Invocation
+from tidemark.embedded.esm.mapping import EventSourceMapping, MappingConfig, MappingStats
 from tidemark.embedded.esm.registry import (
     DESERIALIZATION_ERROR,
     SCHEMA_NOT_FOUND,
@@ -384,10 +385,41 @@ def test_from_config_refuses_what_is_not_emulated():
 
 
 def test_mapping_stats_add_up_registry_rejections():
-    one = MappingStats(registry_rejected=3, registry_reasons={"SCHEMA_NOT_FOUND": 2, "DESERIALIZATION_ERROR": 1})
-    two = MappingStats(registry_rejected=1, registry_reasons={"SCHEMA_NOT_FOUND": 1})
+    one = MappingStats(
+        registry_rejected=3,
+        registry_reasons={"SCHEMA_NOT_FOUND": 2, "DESERIALIZATION_ERROR": 1},
+        registry_rejected_records={"SCHEMA_NOT_FOUND": 1, "DESERIALIZATION_ERROR": 1},
+    )
+    two = MappingStats(
+        registry_rejected=1, registry_reasons={"SCHEMA_NOT_FOUND": 1}, registry_rejected_records={"SCHEMA_NOT_FOUND": 1}
+    )
 
     both = one.plus(two)
 
     assert both.registry_rejected == 4
     assert both.registry_reasons == {"DESERIALIZATION_ERROR": 1, "SCHEMA_NOT_FOUND": 3}
+    assert both.registry_rejected_records == {"DESERIALIZATION_ERROR": 1, "SCHEMA_NOT_FOUND": 2}
+
+
+class NoInvocations:
+    def invoke(self, event: dict[str, Any]) -> Invocation:
+        raise AssertionError("not invoked here")
+
+
+def test_a_mapping_counts_each_rejected_record_once_however_often_it_comes_again(registry):
+    schema_id = registry.client().register("orders-value", ORDER)
+    config = MappingConfig("127.0.0.1:1", "orders", "group", registry=RegistryDecoder(registry.client()))
+    mapping = EventSourceMapping(config, NoInvocations())
+    batch = [
+        record(wire_format(schema_id, avro(ORDER, {"id": "o-1", "price": 1.5})), offset=0),
+        record(b'{"id": "o-2"}', offset=1),  # no wire-format header
+        record(wire_format(schema_id, b"\x02"), offset=2),  # cut short
+        record(b"plain", offset=1)._replace(partition=1),  # the same offset in another partition: another record
+    ]
+
+    for _delivery in range(3):  # a lost commit, then a rebalance: the batch comes again
+        assert [record.offset for record in mapping._decoded(batch)] == [0]
+
+    assert mapping.stats.registry_rejected == 9
+    assert mapping.stats.registry_reasons == {SCHEMA_NOT_FOUND: 6, DESERIALIZATION_ERROR: 3}
+    assert mapping.stats.registry_rejected_records == {SCHEMA_NOT_FOUND: 2, DESERIALIZATION_ERROR: 1}

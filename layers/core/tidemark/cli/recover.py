@@ -69,6 +69,14 @@ def recover(
     bucket: BucketOption = None,
     ledger_table: TableOption = None,
     endpoint_url: EndpointOption = None,
+    from_log_start: Annotated[
+        bool,
+        typer.Option(
+            "--from-log-start",
+            help="The archive was meant to begin at the topic's start (the mapping started at TRIM_HORIZON with a "
+            "group of its own): also recover what it withheld before the first record it delivered.",
+        ),
+    ] = False,
     as_json: JsonOption = False,
     verbose: Annotated[
         bool, typer.Option("--verbose", help="On an error, also print its traceback on stderr.")
@@ -119,7 +127,10 @@ def recover(
                     report = PartitionRecovery(stream, partition, unchecked=_not_in_topic(log.topic, in_topic))
                 else:
                     writer = runtime.writer(stream_config, partition)
-                    recoverer = Recoverer(writer, runtime.ledger, s3, target.bucket, log, clock=runtime.clock)
+                    ledger, clock = runtime.ledger, runtime.clock
+                    recoverer = Recoverer(
+                        writer, ledger, s3, target.bucket, log, clock=clock, from_log_start=from_log_start
+                    )
                     report = recoverer.run()
                 reports.append(report)
                 if not as_json:

@@ -21,7 +21,15 @@ With ``--avro`` (Kafka) the orders are Avro values in Confluent's wire format, t
 local Confluent-compatible registry (``workload_avro``); the stream gets ``source.schema_registry``
 (``record_format: json``) and the local mapping's registry integration decodes each value to JSON
 before the archiver sees it, as the mapping does in AWS. The archive, and so the replay, hold
-that JSON, with each value's schema id.
+that JSON, with each value's schema id. A few orders (1 in 500, at least 3) come from a producer
+that bypassed the serializer: JSON without the wire-format header, an id the registry does not
+know, an Avro payload cut short. The integration rejects them (``SCHEMA_NOT_FOUND``,
+``DESERIALIZATION_ERROR``) and the mapping moves past them, as in AWS; after the sweeper, the
+demo runs ``tidemark recover`` (a ``Recoverer`` per partition of the topic, reading the broker),
+which archives them from Kafka as dead letters holding the bytes as produced -- exactly what
+they are expected as. They are replayed so too. (With ``--recreate-topic`` they are among the
+orders produced after the recreation: the recovery reads the current epoch's log, the only one
+the topic still has.)
 """
 
 from __future__ import annotations
@@ -54,7 +62,7 @@ from tidemark.embedded.demo_common import (
     QuietUI,
     SourceRunner,
 )
-from tidemark.embedded.demo_kafka import KafkaRunner
+from tidemark.embedded.demo_kafka import KafkaRunner, before_recreation
 from tidemark.embedded.demo_kinesis import KinesisRunner
 from tidemark.embedded.demo_rabbitmq import RabbitRunner
 from tidemark.embedded.demo_replay import run_replay
@@ -67,9 +75,10 @@ from tidemark.eventtime import HourBucketer
 from tidemark.exceptions import ConfigError
 from tidemark.kafka_log import KafkaLog
 from tidemark.objects.keys import hour_of_key
+from tidemark.recover import PartitionRecovery, Recoverer
 from tidemark.replay import UnreplayableFormatError
 from tidemark.runtime import Runtime
-from tidemark.sources import KAFKA, KINESIS, RABBITMQ, PartitionId
+from tidemark.sources import KAFKA, KINESIS, RABBITMQ, PartitionId, partition_sort_key
 from tidemark.verify import ExpectedMessage, ExpectedRecord, VerificationReport, verify_archive, verify_messages
 
 __all__ = ["Demo", "DemoError", "DemoOptions", "DemoResult", "DemoUI", "QuietUI", "demo_config", "verify_feed"]
@@ -102,7 +111,7 @@ class DemoResult:
     source: str = KAFKA  # the source kind: kafka or kinesis
     stream_arn: str | None = None  # Kinesis: the stream the records' eventSourceARN names
     shards: dict[str, Any] | None = None  # Kinesis: the shards, which one was split into which
-    schema_registry: dict[str, Any] | None = None  # --avro: the local registry and the integration's rejections
+    schema_registry: dict[str, Any] | None = None  # --avro: the registry, its integration's rejections, recovered
     queue: dict[str, Any] | None = None  # RabbitMQ: the broker, what was published, acks, redeliveries, dedupe
     tombstones: dict[str, int | None] | None = None  # Kafka: produced, archived and replayed with a null value
 
@@ -130,7 +139,14 @@ class DemoResult:
             and (self.aggregation is None or all(self.aggregation["counts_match"].values()))
             and (self.shards is None or self.shards.get("parent_before_children", True))
             and (self.queue is None or self.queue["left_in_queue"] == 0)
+            and self.rejected_recovered
         )
+
+    @property
+    def rejected_recovered(self) -> bool:
+        """``--avro``: every record the registry integration rejected was recovered from Kafka."""
+        registry = self.schema_registry
+        return registry is None or registry["recovered"] == registry["rejected"]
 
     def to_dict(self) -> dict[str, Any]:
         report = self.verification
@@ -328,7 +344,11 @@ class Demo:
             kinds = AVRO_MALFORMED_KINDS if avro is not None else MALFORMED_KINDS
             orders = list(generate(options.workload, int(time.time() * 1000), stream.event_time.timezone, kinds))
             if avro is not None:
+                # A few past the serializer: the mapping rejects them, and the recover step reads them
+                # from the topic -- with --recreate-topic from its second log (the first is deleted).
                 orders = avro.encode(orders)
+                kept = before_recreation(orders, options.workload) if options.recreate_topic else 0
+                orders = orders[:kept] + avro.bypassing(orders[kept:])
             chaos = Chaos(options.seed, crash_rate=options.crash_rate, lost_commit_rate=options.lost_commit_rate)
             warm_log = stack.enter_context((workdir / "handler.log").open("a", encoding="utf-8"))
             warm: Invoker = InProcessInvoker(handler, warm_log)
@@ -344,6 +364,17 @@ class Demo:
             self.ui.step("running the sweeper: sweep every partition, reconcile, complete event hours")
             sweeper = run_sweeper(options.project_dir, warm_log)
             self._lap("sweeper")
+
+            recovered = None
+            if avro is not None:
+                self.ui.step("recovering from Kafka the records the mapping's registry integration did not deliver")
+                recovered = run_recover(aws, stream, fed.location, self.ui)
+                rejected = sum(fed.delivery.registry_rejected_records.values())
+                self.ui.step(
+                    f"{rejected} records rejected by the registry integration, "
+                    f"{recovered['records']} recovered from Kafka as dead letters"
+                )
+                self._lap("recover")
 
             self.ui.step("reading the archive back from S3 and checking it")
             report = verify_feed(aws, config, stream, expected)
@@ -365,7 +396,8 @@ class Demo:
                 replay = self._replay(aws, config, data, stream, fed.location, _only(expected, ExpectedRecord), workdir)
                 if avro is not None and "not_run" not in replay:
                     replay["compared_with"] = (
-                        "the archived values: the registry-decoded JSON the mapping delivered (the source holds Avro)"
+                        "the archived values: the registry-decoded JSON the mapping delivered (the source holds "
+                        "Avro); the records it rejected, recovered as dead letters, byte for byte as produced"
                     )
                 self._lap("replay")
 
@@ -401,11 +433,15 @@ class Demo:
                 stream_arn=fed.location if kind == KINESIS else None,
                 shards=fed.shards,
                 schema_registry=None
-                if avro is None
+                if avro is None or recovered is None
                 else {
                     **avro.summary(),
-                    "rejected": fed.delivery.registry_rejected,
-                    "reasons": dict(fed.delivery.registry_reasons),
+                    # each record once (a redelivered batch's rejections are in "rejections")
+                    "rejected": sum(fed.delivery.registry_rejected_records.values()),
+                    "reasons": dict(sorted(fed.delivery.registry_rejected_records.items())),
+                    "rejections": fed.delivery.registry_rejected,
+                    "recovered": recovered["records"],
+                    "recovery": recovered,
                 },
                 queue=fed.queue,
                 tombstones=_tombstones(expected, report, replay) if kind == KAFKA else None,
@@ -507,6 +543,31 @@ def run_hours(start_ms: int, end_s: float, timezone: str) -> set[str]:
     labels = HourBucketer(timezone)
     end_ms = int(end_s * 1000)
     return {labels.label(ms) for ms in [*range(start_ms, end_ms, 900_000), end_ms]}
+
+
+def run_recover(aws: LocalAws, stream: StreamConfig, bootstrap: str, ui: DemoUI | None = None) -> dict[str, Any]:
+    """``tidemark recover`` of every partition of the stream's topic: a ``Recoverer`` per partition,
+    reading the records the mapping never delivered from the broker at ``bootstrap``."""
+    runtime = Runtime.from_env()
+    s3 = aws.s3()
+    reports: list[PartitionRecovery] = []
+    with KafkaLog(bootstrap, stream.source.topic) as log:
+        partitions = sorted(log.partitions(), key=partition_sort_key)
+        for partition in partitions:
+            writer = runtime.writer(stream, partition)
+            # The demo's mapping starts at TRIM_HORIZON with a group of its own: the archive begins at
+            # the topic's start, and a partition's first records may be among those withheld.
+            recoverer = Recoverer(writer, runtime.ledger, s3, aws.bucket, log, clock=runtime.clock, from_log_start=True)
+            reports.append(recoverer.run())
+            if ui is not None:
+                ui.progress("recover", len(reports), len(partitions))
+    return {
+        "records": sum(report.records for report in reports),
+        "objects": sum(len(unit.keys) for report in reports for unit in report.units if not unit.by_another_run),
+        "partitions": {str(report.partition): report.records for report in reports},
+        "not_retained": {str(r.partition): [list(pair) for pair in r.not_retained] for r in reports if r.not_retained},
+        "unchecked": {str(report.partition): report.unchecked for report in reports if report.unchecked},
+    }
 
 
 def run_audit(aws: LocalAws, config: TidemarkConfig, stream: StreamConfig, bootstrap: str | None) -> dict[str, Any]:

@@ -2,14 +2,18 @@
 local event source mapping (a consumer group), and ``--recreate-topic``'s second log. A few
 tombstones (null values deleting earlier orders' keys) go among the orders. A stream
 with ``source.schema_registry`` (``--avro``) gets the mapping's registry integration
-(``esm/registry.py``), signed in with the secret the config names, read from the local AWS."""
+(``esm/registry.py``), signed in with the secret the config names, read from the local AWS. The
+mapping's own log lines (a record its integration rejected, a lost commit) go to ``mapping.log``
+in the working directory, not through the demo's progress display."""
 
 from __future__ import annotations
 
 import contextlib
+import json
+import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,11 +26,12 @@ from tidemark.embedded.demo_common import DemoError, DemoOptions, DemoUI, Feed, 
 from tidemark.embedded.esm.batching import BatchLimits
 from tidemark.embedded.esm.invokers import Invoker
 from tidemark.embedded.esm.mapping import EventSourceMapping, MappingConfig
+from tidemark.embedded.esm.mapping import logger as mapping_logger
 from tidemark.embedded.esm.registry import RegistryDecoder
 from tidemark.embedded.kafka_clients import client_settings, kafka_client_log
 from tidemark.embedded.operator import EpochOperator
 from tidemark.embedded.ports import claim_port
-from tidemark.embedded.workload import Order, ensure_topic, produce, recreate_topic, with_tombstones
+from tidemark.embedded.workload import Order, WorkloadSpec, ensure_topic, produce, recreate_topic, with_tombstones
 from tidemark.records.esm import EventSource
 from tidemark.sources import KAFKA, PartitionId
 from tidemark.verify import ExpectedRecord
@@ -43,6 +48,46 @@ def check_reachable(bootstrap: str, timeout_s: float = 10.0) -> None:
             f"cannot reach Kafka at {bootstrap} within {timeout_s:.0f}s: check --bootstrap-servers "
             "(or leave it out to use the embedded broker)"
         ) from None
+
+
+#: the attributes every log record has; the others are its ``extra`` fields
+_RECORD_ATTRIBUTES = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+
+
+class _WithFields(logging.Formatter):
+    """A line per record: time, level, message, and its ``extra`` fields as JSON."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields = {name: value for name, value in vars(record).items() if name not in _RECORD_ATTRIBUTES}
+        line = super().format(record)
+        return f"{line} {json.dumps(fields, default=str)}" if fields else line
+
+
+@contextlib.contextmanager
+def mapping_log(path: Path) -> Iterator[None]:
+    """While inside, the local mapping's log lines (info and up) go to ``path`` and nowhere else:
+    before the archiver's first invocation configures logging, a warning would otherwise reach
+    the console."""
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(_WithFields("%(asctime)s %(levelname)s %(message)s"))
+    level, propagate = mapping_logger.level, mapping_logger.propagate
+    mapping_logger.addHandler(handler)
+    mapping_logger.setLevel(logging.INFO)
+    mapping_logger.propagate = False
+    try:
+        yield
+    finally:
+        mapping_logger.removeHandler(handler)
+        mapping_logger.setLevel(level)
+        mapping_logger.propagate = propagate
+        handler.close()
+
+
+def before_recreation(orders: list[Order], spec: WorkloadSpec) -> int:
+    """How many of ``orders`` (tombstones not yet among them) ``--recreate-topic`` produces to the
+    topic before it is recreated: the first half of them once the tombstones are in (``feed``)."""
+    mixed = with_tombstones(orders, spec, 0)  # where the tombstones go depends on the count alone
+    return sum(not order.tombstone for order in mixed[: len(mixed) // 2])
 
 
 def batch_limits(options: DemoOptions, stream: StreamConfig) -> BatchLimits:
@@ -71,6 +116,7 @@ class KafkaRunner:
     def start(self, stack: contextlib.ExitStack, workdir: Path) -> str:
         options = self.options
         stack.enter_context(kafka_client_log(workdir / "kafka-clients.log"))
+        stack.enter_context(mapping_log(workdir / "mapping.log"))
         bootstrap = options.bootstrap_servers
         if bootstrap is None:
             self.ui.step("starting the Kafka-protocol broker (Tansu) on loopback")

@@ -13,6 +13,15 @@ Malformed orders are those Avro can represent: no event time (``created_at`` nul
 archiver dead-letters as ``invalid_event_time``) and an unreadable one (``"yesterday"``); a value
 that is not JSON cannot come out of a registry-decoded Avro record, so ``AVRO_MALFORMED_KINDS``
 has a second unreadable event time in its place.
+
+``AvroOrders.bypassing`` then makes a small fixed share of the orders (``BYPASS_SHARE``, at
+least ``BYPASS_AT_LEAST`` even in short runs, at fixed positions spread over the run, so over
+partitions and hours) values a producer wrote past the serializer -- ``BYPASS_KINDS`` in turn:
+the order's JSON text without the wire-format header, the Avro payload behind an id the registry
+does not know (both ``SCHEMA_NOT_FOUND`` to the integration), and the payload cut short behind
+the right id (``DESERIALIZATION_ERROR``). The mapping never delivers them; ``tidemark recover``
+archives them from Kafka as dead letters holding the bytes as produced, which is what such an
+order expects: no hour, ``archived`` the produced value, no schema reference.
 """
 
 from __future__ import annotations
@@ -55,6 +64,14 @@ ORDER_SCHEMA: dict[str, Any] = {
     ],
 }
 REGISTRY_USER = "tidemark-demo"
+#: the values a producer that bypassed the serializer writes, in turn (``AvroOrders.bypassing``)
+NOT_WIRE_FORMAT, UNKNOWN_SCHEMA_ID, TRUNCATED = "not_wire_format", "unknown_schema_id", "truncated_payload"
+BYPASS_KINDS = (NOT_WIRE_FORMAT, UNKNOWN_SCHEMA_ID, TRUNCATED)
+#: the share of the orders produced so (1 in 500), and at least this many even in short runs
+BYPASS_SHARE = 0.002
+BYPASS_AT_LEAST = 3
+#: a schema id the demo's registry does not know (it numbers its schemas from 1, and holds one)
+FOREIGN_SCHEMA_ID = 999_999
 
 
 def value_subject(topic: str) -> str:
@@ -99,8 +116,41 @@ class AvroOrders:
             encoded.append(replace(order, value=value, archived=json_value(datum), schemas=refs))
         return encoded
 
+    def bypassing(self, orders: list[Order], share: float = BYPASS_SHARE) -> list[Order]:
+        """``orders`` (as ``encode`` made them) with about ``share`` of them, at least
+        ``BYPASS_AT_LEAST``, as a producer that bypassed the serializer wrote them (module
+        docstring): at fixed positions a quarter into every stride of the run, ``BYPASS_KINDS`` in
+        turn. The integration rejects each; what the archive must hold is a dead letter (no hour)
+        with the value as produced, byte for byte, and no schema reference."""
+        every = _bypass_stride(share, len(orders))
+        if every is None:
+            return list(orders)
+        found = []
+        for index, order in enumerate(orders):
+            if index % every != max(1, every // 4) or order.value is None:
+                found.append(order)
+                continue
+            kind = BYPASS_KINDS[(index // every) % len(BYPASS_KINDS)]
+            _schema_id, payload = wireformat.parse(order.value)
+            if kind == NOT_WIRE_FORMAT:  # a plain JSON serializer: the text the integration would deliver
+                value = order.archived or b""
+            elif kind == UNKNOWN_SCHEMA_ID:  # serialized against another registry
+                value = wireformat.encode(FOREIGN_SCHEMA_ID, payload)
+            else:  # the right id, the payload cut short (every prefix of an Avro datum ends early)
+                value = wireformat.encode(self.schema_id, payload[: len(payload) // 2])
+            found.append(replace(order, value=value, hour=None, late=False, archived=None, schemas=()))
+        return found
+
     def summary(self) -> dict[str, Any]:
         return {"url": self.url, "subject": self.subject, "schema_id": self.schema_id, "record_format": "json"}
+
+
+def _bypass_stride(share: float, count: int) -> int | None:
+    """Every how many orders one bypasses the serializer: about ``share`` of ``count``, at least
+    ``BYPASS_AT_LEAST`` of them in short runs (``None``: none)."""
+    if share <= 0 or count < 2:
+        return None
+    return max(2, min(round(1 / share), count // BYPASS_AT_LEAST))
 
 
 @contextlib.contextmanager

@@ -55,7 +55,7 @@ from tidemark.ledger.model import CommittedObject, OpenBuffer, Recovery, Recover
 from tidemark.records.model import Record
 from tidemark.recover.exceptions import RecoverError, RecoverMismatchError, UnsupportedStreamError
 from tidemark.recover.plan import DEFAULT_LIMITS, Limits, PlannedUnit, Withheld, clip, cut
-from tidemark.recover.view import held_positions
+from tidemark.recover.view import ArchiveView
 from tidemark.resets import MARK_GRID, fingerprint
 from tidemark.routing import NOT_DELIVERED, Router
 from tidemark.sources import KAFKA, PartitionId
@@ -75,6 +75,8 @@ RECOVER = "recover"
 PLANS = 5
 #: missing ranges closer than this are read from the log in one pass
 READ_SPAN = 10_000
+#: records of each read compared with the archive before the log is taken for the epoch's
+CHECKED_PER_SPAN = 3
 
 #: one object of a unit: its flush (buffer, key) and its records as staging frames
 Rendered = tuple[SealedFlush, list[Frame]]
@@ -143,6 +145,7 @@ class Recoverer:
         clock: Clock,
         crash_points: CrashPoints | None = None,
         limits: Limits = DEFAULT_LIMITS,
+        from_log_start: bool = False,
     ) -> None:
         self._writer = writer
         self._stream = writer.stream
@@ -154,6 +157,11 @@ class Recoverer:
         self._clock = clock
         self._crash = crash_points or NoCrashes()
         self._limits = limits
+        # Epoch 0 begins at the first record the ledger accepted; with ``from_log_start`` the
+        # operator says the archive was meant to begin at the log's start (a mapping started at
+        # TRIM_HORIZON with a group of its own), so what the mapping withheld before the first
+        # record it delivered is recovered too.
+        self._from_log_start = from_log_start
         config = self._stream.config
         if config.source.shape.kind != KAFKA:
             raise UnsupportedStreamError(
@@ -208,14 +216,16 @@ class Recoverer:
             report.unchecked = "nothing committed in the current epoch yet" if bounds.empty else bounds.unknown
             report.unchecked = report.unchecked or "nothing committed in the current epoch yet"
             return [], now
-        held = held_positions(self._stream, self._ledger, self._s3, self._bucket, self._partition, state.epoch, lo, hi)
-        missing = list(missing_ranges(held, lo, hi))
+        start, end = self._source.start_offset(self._partition), self._source.end_offset(self._partition)
+        if state.epoch == 0 and self._from_log_start:
+            lo = min(lo, start)
+        view = ArchiveView(self._stream, self._ledger, self._s3, self._bucket, self._partition, state.epoch, lo, hi)
+        missing = list(missing_ranges(view.positions, lo, hi))
         if not missing:
             return [], now
         withheld: list[Withheld] = []
         router = Router(self._stream.config, ManualClock(now))
         starts_of = [first for first, _last in missing]
-        start, end = self._source.start_offset(self._partition), self._source.end_offset(self._partition)
         for first, last in _spans(missing, lo, hi):
             # What the log no longer holds (retention took its start; a recreated or truncated
             # topic ends before it) is named, never guessed.
@@ -228,33 +238,71 @@ class Recoverer:
             if records is None:  # retention moved on while the plan read
                 report.not_retained.extend(clip(missing, first, last))
                 continue
-            self._check_log(records, state.epoch, first, last)
+            self._check_log(view, records, state.epoch, first, last)
             wanted = [record for record in records if _within(missing, starts_of, record.offset)]
             withheld.extend(self._route(router, wanted))
         report.not_retained = _merged(report.not_retained)
         return cut(missing, withheld, self._limits), now
 
-    def _check_log(self, records: Sequence[Record], epoch: int, first: int, last: int) -> None:
-        """The log read is the one the epoch archived: every record read where the ledger keeps a
-        mark (an accept's ends, its first record in each run of 16 offsets) is the one marked
-        there, and at least one is. A topic recreated under the same name holds other records at
-        the same offsets, and the archiver has not necessarily seen it yet."""
+    def _check_log(self, view: ArchiveView, records: Sequence[Record], epoch: int, first: int, last: int) -> None:
+        """The log read is the one the epoch archived. A topic recreated under the same name holds
+        other records at the same offsets, and the archiver has not necessarily seen it yet."""
+        if self._registry:
+            self._check_against_archive(view, records, first, last)
+        else:
+            self._check_against_marks(records, epoch, first, last)
+
+    def _check_against_marks(self, records: Sequence[Record], epoch: int, first: int, last: int) -> None:
+        """Every record read where the ledger keeps a mark (an accept's ends, its first record in
+        each run of 16 offsets) is the one marked there -- the produced bytes, value included --
+        and at least one is."""
         marks = self._ledger.marks(self._stream.name, self._partition, epoch, [record.offset for record in records])
         checked = 0
         for record in records:
             known = marks.get(record.offset)
             if known:
                 if fingerprint(record) not in known:
-                    raise RecoverMismatchError(
-                        f"{self._where} offset {record.offset}: the log holds another record than the one archived "
-                        "there (a recreated topic?): start a new epoch (`tidemark epoch start`) instead of recovering"
-                    )
+                    raise self._another_log(record.offset)
                 checked += 1
         if not checked:
             raise RecoverMismatchError(
                 f"{self._where} offsets {first}..{last}: no record the log holds there matches a mark of the ledger "
                 "(marks expire after 400 days): recover does not guess that this is the log the epoch archived"
             )
+
+    def _check_against_archive(self, view: ArchiveView, records: Sequence[Record], first: int, last: int) -> None:
+        """A schema registry stream's marks are of the values the mapping decoded, not of the bytes
+        in the log: a few records the log holds where the archive holds one too must be the ones
+        archived there -- the same timestamp, and the same key and headers where the format keeps
+        them (the key unless the integration decoded it) -- and at least one is compared."""
+        registry = self._stream.config.source.schema_registry
+        key_decoded = registry is not None and "key" in registry.validate_parts
+        compared = 0
+        for record in records:
+            if compared == CHECKED_PER_SPAN:
+                return
+            archived = view.archived_at(record.offset)
+            if archived is None or archived.timestamp_ms is None:
+                continue
+            same = archived.timestamp_ms == record.timestamp_ms
+            if archived.key is not None and not key_decoded:
+                same = same and archived.key == record.key
+            if archived.headers is not None:
+                same = same and tuple(archived.headers) == tuple(record.headers)
+            if not same:
+                raise self._another_log(record.offset)
+            compared += 1
+        if not compared:
+            raise RecoverMismatchError(
+                f"{self._where} offsets {first}..{last}: the log holds no record the archive holds too, to tell it "
+                "is the log the epoch archived: recover does not guess"
+            )
+
+    def _another_log(self, offset: int) -> RecoverMismatchError:
+        return RecoverMismatchError(
+            f"{self._where} offset {offset}: the log holds another record than the one archived there (a recreated "
+            "topic?): start a new epoch (`tidemark epoch start`) instead of recovering"
+        )
 
     def _read(self, first: int, last: int) -> list[Record] | None:
         """The log's records at ``first..last``; ``None`` when it no longer retains ``first``."""
@@ -352,8 +400,8 @@ def _within(missing: Sequence[tuple[int, int]], starts: list[int], position: int
 
 def _spans(missing: Sequence[tuple[int, int]], lo: int, hi: int) -> list[tuple[int, int]]:
     """The missing ranges grouped into reads (ranges closer than ``READ_SPAN`` in one), each
-    widened to whole runs of ``MARK_GRID`` offsets within ``lo..hi``: records the archiver
-    accepted around them, whose marks tell whether the log is still the epoch's."""
+    widened to whole runs of ``MARK_GRID`` offsets within ``lo..hi``: it takes in records the
+    archiver accepted around them, which tell whether the log is still the epoch's."""
     spans: list[tuple[int, int]] = []
     for first, last in missing:
         first = max(lo, first - first % MARK_GRID)

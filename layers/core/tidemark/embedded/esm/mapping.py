@@ -139,6 +139,8 @@ class MappingStats:
     errors: list[str] = field(default_factory=list)  # distinct function errors seen
     registry_rejected: int = 0  # records the registry integration did not deliver (redeliveries count again)
     registry_reasons: dict[str, int] = field(default_factory=dict)  # those records by AWS's reason
+    #: the records the registry integration did not deliver, each once however often it came again, by reason
+    registry_rejected_records: dict[str, int] = field(default_factory=dict)
     abandoned_batches: int = 0  # batches given up on after their retries (AWS's rule)
     abandoned_records: int = 0
     offset_expiries: int = 0  # the group's committed offsets expired (``expire_offsets``)
@@ -159,6 +161,10 @@ class MappingStats:
             registry_reasons={
                 reason: self.registry_reasons.get(reason, 0) + other.registry_reasons.get(reason, 0)
                 for reason in sorted({*self.registry_reasons, *other.registry_reasons})
+            },
+            registry_rejected_records={
+                reason: self.registry_rejected_records.get(reason, 0) + other.registry_rejected_records.get(reason, 0)
+                for reason in sorted({*self.registry_rejected_records, *other.registry_rejected_records})
             },
             abandoned_batches=self.abandoned_batches + other.abandoned_batches,
             abandoned_records=self.abandoned_records + other.abandoned_records,
@@ -233,6 +239,7 @@ class EventSourceMapping:
         self.committed: dict[PartitionId, int] = {}  # partition -> next offset, as committed to the group
         self._start: dict[int, int] = {}  # partition -> first offset this mapping saw (before any commit)
         self._next: dict[int, int] = {}  # partition -> next offset expected from the consumer
+        self._rejected: set[tuple[PartitionId, int]] = set()  # records the registry integration rejected
         self._lose_commit = lose_commit
         self._on_delivered = on_delivered
         self._fetched: deque[Record] = deque()
@@ -399,6 +406,11 @@ class EventSourceMapping:
                 destination.send([rejection.record], rejection.reason, rejection.detail)
             self.stats.registry_rejected += 1
             self.stats.registry_reasons[rejection.reason] = self.stats.registry_reasons.get(rejection.reason, 0) + 1
+            at = (rejection.record.partition, rejection.record.offset)
+            if at not in self._rejected:  # its first rejection (a redelivered batch brings it again)
+                self._rejected.add(at)
+                distinct = self.stats.registry_rejected_records
+                distinct[rejection.reason] = distinct.get(rejection.reason, 0) + 1
             logger.warning(
                 "schema registry integration rejected a record; it is not delivered",
                 extra={
