@@ -6,7 +6,6 @@ the records (rearchive them instead) -- with the ledger and the bucket unchanged
 from __future__ import annotations
 
 import json
-import tempfile
 from datetime import UTC, datetime
 from typing import Annotated
 
@@ -27,10 +26,10 @@ from tidemark.cli.target import (
     load_streams,
     partition_ids,
     resolve,
+    scratch_runtime,
 )
 from tidemark.kafka_log import KafkaLog
 from tidemark.rearchive.abandon import Abandoner, AbandonReport, NoSource
-from tidemark.runtime import Runtime
 
 
 def abandon(
@@ -63,16 +62,7 @@ def abandon(
         settings = kafka_settings(kafka_config)
         [partition_id] = partition_ids([partition])
         target = resolve(stack_name, bucket, ledger_table, endpoint_url)
-        with tempfile.TemporaryDirectory(prefix="tidemark-abandon-") as scratch:
-            runtime = Runtime.build(
-                loaded,
-                bucket=target.bucket,
-                table=target.table,
-                staging_root=scratch,  # never written: nothing is staged or uploaded
-                spool_dir=scratch,
-                s3_client=target.s3(),
-                dynamodb_client=target.dynamodb(),
-            )
+        with scratch_runtime(loaded, target, "abandon") as runtime:
             stream_config = loaded.stream(stream)
             writer = runtime.writer(stream_config, partition_id)
             if bootstrap_servers is None:

@@ -6,7 +6,6 @@ hold an upload a rerun finishes)."""
 from __future__ import annotations
 
 import json
-import tempfile
 from typing import Annotated
 
 import typer
@@ -26,10 +25,10 @@ from tidemark.cli.target import (
     load_streams,
     partition_ids,
     resolve,
+    scratch_runtime,
 )
 from tidemark.kafka_log import KafkaLog
 from tidemark.rearchive import Rearchiver, RearchiveReport
-from tidemark.runtime import Runtime
 
 
 def rearchive(
@@ -57,18 +56,7 @@ def rearchive(
         settings = kafka_settings(kafka_config)
         [partition_id] = partition_ids([partition])
         target = resolve(stack_name, bucket, ledger_table, endpoint_url)
-        with tempfile.TemporaryDirectory(prefix="tidemark-rearchive-") as scratch:
-            # The rearchive reads no staging segment (its records come from Kafka): the store is
-            # never written. Objects are rendered into a spool file under the scratch directory.
-            runtime = Runtime.build(
-                loaded,
-                bucket=target.bucket,
-                table=target.table,
-                staging_root=scratch,
-                spool_dir=scratch,
-                s3_client=target.s3(),
-                dynamodb_client=target.dynamodb(),
-            )
+        with scratch_runtime(loaded, target, "rearchive") as runtime:
             stream_config = loaded.stream(stream)
             writer = runtime.writer(stream_config, partition_id)
             with KafkaLog(bootstrap_servers, stream_config.source.topic, settings=settings) as log:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import sys
-import tempfile
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -43,11 +42,11 @@ from tidemark.cli.target import (
     load_streams,
     partition_ids,
     resolve,
+    scratch_runtime,
 )
 from tidemark.exceptions import ConfigError, TidemarkError
 from tidemark.kafka_log import KafkaLog
 from tidemark.recover import PartitionRecovery, Recoverer, UnsupportedStreamError
-from tidemark.runtime import Runtime
 from tidemark.sources import KAFKA, PartitionId, partition_sort_key
 
 
@@ -103,20 +102,9 @@ def recover(
         target = resolve(stack_name, bucket, ledger_table, endpoint_url)
         s3 = target.s3()
         with (
-            tempfile.TemporaryDirectory(prefix="tidemark-recover-") as scratch,
+            scratch_runtime(loaded, target, "recover") as runtime,
             KafkaLog(bootstrap_servers, stream_config.source.topic, settings=settings) as log,
         ):
-            # The recovery reads no staging segment (its records come from Kafka): the store is
-            # never written. Objects are rendered into a spool file under the scratch directory.
-            runtime = Runtime.build(
-                loaded,
-                bucket=target.bucket,
-                table=target.table,
-                staging_root=scratch,
-                spool_dir=scratch,
-                s3_client=s3,
-                dynamodb_client=target.dynamodb(),
-            )
             in_topic: set[PartitionId] = set(log.partitions())
             absent = [partition for partition in given if partition not in in_topic]
             if absent:

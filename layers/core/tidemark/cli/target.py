@@ -9,6 +9,9 @@ the embedded stack's moto server.
 
 from __future__ import annotations
 
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -21,7 +24,7 @@ from tidemark.config.loader import load_config
 from tidemark.config.model import TidemarkConfig
 from tidemark.exceptions import ConfigError
 from tidemark.names import HOUR, matches
-from tidemark.runtime import ENV_BUCKET, ENV_LEDGER_TABLE
+from tidemark.runtime import ENV_BUCKET, ENV_LEDGER_TABLE, Runtime
 from tidemark.sources import PartitionId, partition_of_text
 
 DEFAULT_CONFIG = Path("config/tidemark.yaml")
@@ -88,6 +91,23 @@ def resolve(
             f"(or ${ENV_BUCKET} and ${ENV_LEDGER_TABLE})"
         )
     return Target(bucket or "", table, endpoint_url)
+
+
+@contextmanager
+def scratch_runtime(loaded: TidemarkConfig, target: Target, command: str) -> Iterator[Runtime]:
+    """The runtime of an operator command whose records come from the source, not from a staging
+    mount (``rearchive``, ``recover``, ``abandon``): its segment store is never written, and
+    objects are rendered into a spool file under a scratch directory removed on exit."""
+    with tempfile.TemporaryDirectory(prefix=f"tidemark-{command}-") as scratch:
+        yield Runtime.build(
+            loaded,
+            bucket=target.bucket,
+            table=target.table,
+            staging_root=scratch,
+            spool_dir=scratch,
+            s3_client=target.s3(),
+            dynamodb_client=target.dynamodb(),
+        )
 
 
 def stack_outputs(stack_name: str, endpoint_url: str | None = None) -> dict[str, str]:
