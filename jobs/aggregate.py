@@ -30,6 +30,7 @@ from pyspark.sql import SparkSession
 
 from jobs.aggregation.job import run_aggregation
 from jobs.aggregation.reader import ObjectStore
+from jobs.aggregation.session import JOB_CONF
 from jobs.aggregation.sink import AggregateSink
 from tidemark.config import TidemarkConfig, load_config, parse_config
 from tidemark.config.loader import load_config_from_env
@@ -97,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
         )
     except KeyError as exc:
         sys.exit(f"aggregate: missing {exc.args[0]}")
-    spark = SparkSession.builder.appName(f"tidemark-aggregate-{stream.name}").getOrCreate()
+    spark = SparkSession.builder.appName(f"tidemark-aggregate-{stream.name}").config(map={**JOB_CONF}).getOrCreate()
     try:
         report = run_aggregation(
             spark,

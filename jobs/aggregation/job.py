@@ -7,6 +7,11 @@ backfill (``hours``) of clean hours marks them dirty before it writes anything, 
 dies halfway (some items under a new metric definition, some under the old) is redone by the next
 scheduled run rather than left mixed.
 
+Each hour's values are typed by that hour's own objects (``infer_value_schemas``), and hours of
+one value schema are read and aggregated together -- usually all of them, in one read -- so an
+hour's items are the same whichever other hours share the run. The job's queries run with
+``jobs.aggregation.session.JOB_CONF`` (case-sensitive names: ``price`` and ``Price`` are two fields).
+
 The stream's source kind (``stream.source.shape.kind``) says what its records' identity is:
 Kafka's ``partition``/``offset`` numbers, or a Kinesis shard id and sequence number, both
 strings in the records (``jobs.aggregation.reader.envelope_fields``).
@@ -19,15 +24,17 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from jobs.aggregation.reader import ObjectStore
+from jobs.aggregation.session import job_conf
 from jobs.aggregation.sink import AggregateSink
 from jobs.aggregation.transforms import (
     aggregate,
     dedupe,
     duplicate_count,
-    infer_value_schema,
+    infer_value_schemas,
     read_records,
     refuse_shadowed_fields,
 )
@@ -78,6 +85,44 @@ def plan(ledger: Ledger, stream: str, hours: list[str] | None) -> list[HourMark]
     return [mark for mark in marks if mark.hour in wanted]
 
 
+def _aggregate_hours(
+    spark: SparkSession,
+    stream: StreamConfig,
+    objects: list[tuple[str, str]],
+    values: pa.Schema,
+    report: RunReport,
+    results: dict[str, dict[str, list[tuple[dict[str, Any], dict[str, Any]]]]],
+    *,
+    root: str,
+    tasks: int,
+    native: bool,
+    source: str,
+) -> None:
+    """Read the objects of hours that share the value schema ``values``, dedupe them and add
+    each aggregation's rows to ``results`` (aggregation -> hour -> ``(group, metrics)``)."""
+    clock = time.monotonic()
+    read = read_records(spark, objects, root, tasks, values, native=native, source=source)
+    for reader, count in read.readers.items():
+        report.readers[reader] = report.readers.get(reader, 0) + count
+    records = read.frame.cache()
+    total = records.count()
+    duplicates = duplicate_count(records)
+    unique = dedupe(records) if duplicates else records
+    report.duplicates += duplicates
+    report.records += total - duplicates
+    report.seconds["read"] = report.seconds.get("read", 0.0) + time.monotonic() - clock
+    clock = time.monotonic()
+    for aggregation in stream.aggregations:
+        by_hour = results[aggregation.name]
+        for row in aggregate(unique, aggregation).collect():
+            fields = row.asDict()
+            group = {column: fields[column] for column in aggregation.group_by}
+            metrics = {name: fields[name] for name in aggregation.metrics}
+            by_hour.setdefault(fields["hour"], []).append((group, metrics))
+    report.seconds["aggregate"] = report.seconds.get("aggregate", 0.0) + time.monotonic() - clock
+    records.unpersist()
+
+
 def run_aggregation(
     spark: SparkSession,
     stream: StreamConfig,
@@ -106,44 +151,42 @@ def run_aggregation(
     ]
     objects = [(item.key, item.hour) for item in committed]
     report.objects = sorted(key for key, _hour in objects)
-    if objects:
-        clock = time.monotonic()
-        store = ObjectStore(archive_root) if archive_root else ObjectStore.of_bucket(bucket)
-        source = stream.source.shape.kind
-        inferred = infer_value_schema(spark, objects, store.root, tasks, source=source)
-        values, report.failed = inferred.schema, inferred.failed
-        refuse_shadowed_fields(values, stream.aggregations)
-        objects = [(key, hour) for key, hour in objects if hour not in report.failed]
-        report.seconds["schema"] = time.monotonic() - clock
-    if objects:
-        clock = time.monotonic()
-        read = read_records(spark, objects, store.root, tasks, values, native=archive_root is not None, source=source)
-        report.readers = read.readers
-        records = read.frame.cache()
-        total = records.count()
-        report.duplicates = duplicate_count(records)
-        unique = dedupe(records) if report.duplicates else records
-        report.records = total - report.duplicates
-        report.seconds["read"] = time.monotonic() - clock
-        write_s = 0.0
-        clock = time.monotonic()
-        for aggregation in stream.aggregations:
-            rows = aggregate(unique, aggregation).collect()
-            by_hour: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = {
-                hour: [] for hour in report.hours if hour not in report.failed
+    with job_conf(spark):  # the job's Spark settings (case-sensitive names) for its queries
+        if objects:
+            clock = time.monotonic()
+            store = ObjectStore(archive_root) if archive_root else ObjectStore.of_bucket(bucket)
+            source = stream.source.shape.kind
+            schemas = infer_value_schemas(spark, objects, store.root, tasks, source=source)
+            report.failed = schemas.failed
+            refuse_shadowed_fields(schemas.run, stream.aggregations)
+            objects = [(key, hour) for key, hour in objects if hour not in report.failed]
+            report.seconds["schema"] = time.monotonic() - clock
+        if objects:
+            results: dict[str, dict[str, list[tuple[dict[str, Any], dict[str, Any]]]]] = {
+                aggregation.name: {hour: [] for hour in report.hours if hour not in report.failed}
+                for aggregation in stream.aggregations
             }
-            for row in rows:
-                fields = row.asDict()
-                group = {column: fields[column] for column in aggregation.group_by}
-                metrics = {name: fields[name] for name in aggregation.metrics}
-                by_hour.setdefault(fields["hour"], []).append((group, metrics))
-            writing = time.monotonic()
-            for hour, hour_rows in by_hour.items():
-                report.items_written += sink.replace_hour(stream.name, aggregation.name, hour, hour_rows, report.run_id)
-            write_s += time.monotonic() - writing
-        report.seconds["aggregate"] = time.monotonic() - clock - write_s
-        report.seconds["write"] = write_s
-        records.unpersist()
+            for values, group in schemas.groups():  # hours typed alike are read together (usually all)
+                in_group = set(group)
+                _aggregate_hours(
+                    spark,
+                    stream,
+                    [(key, hour) for key, hour in objects if hour in in_group],
+                    values,
+                    report,
+                    results,
+                    root=store.root,
+                    tasks=tasks,
+                    native=archive_root is not None,
+                    source=source,
+                )
+            clock = time.monotonic()
+            for aggregation in stream.aggregations:
+                for hour, hour_rows in results[aggregation.name].items():
+                    report.items_written += sink.replace_hour(
+                        stream.name, aggregation.name, hour, hour_rows, report.run_id
+                    )
+            report.seconds["write"] = time.monotonic() - clock
     for mark in marks:
         if mark.hour in report.failed:
             continue  # stays dirty: its failure is in the run's record

@@ -18,11 +18,16 @@ a listing -- into exactly the columns and types of the Arrow reader
   a row of a file the run did not plan fails the query;
 * ``event_time`` is the ISO-8601 text JSON Lines holds (``2026-11-21T07:12:33.123Z``): as
   written in JSON and CSV, formatted from Parquet's timestamp with time-zone-free arithmetic;
-* value fields take the run's value schema (inferred from every object): a Parquet struct ``value`` (a declared
+* value fields take the value schema of the objects' hours (inferred from every object of the
+  hour; the job reads hours of one schema together): a Parquet struct ``value`` (a declared
   value schema) by its fields, a JSON value parsed into that schema directly, a string value
   (Parquet, CSV ``value``) with ``from_json``, CSV ``value.<path>`` columns cast and nested as
-  :func:`jobs.aggregation.values.nest_paths` does. Parsing is FAILFAST and casts are checked:
-  a value that cannot take the run's type fails the run, as in the Arrow reader;
+  :func:`jobs.aggregation.values.nest_paths` does. Parsing is checked and casts are checked:
+  a value that cannot take its type fails the run, as in the Arrow reader. A value that is no
+  JSON object (an array, a scalar, ``null``: the archiver accepts them) is a record whose every
+  field is null, as in the Arrow reader: JSON Lines are read PERMISSIVE, and a line that does
+  not fit is let through only when its value is no object (its first character after
+  ``,"value":``) and its envelope parsed; a string value is parsed only when it is an object;
 * tombstones (a null value) are skipped, as by the Arrow reader: JSON Lines lines marked
   ``"tombstone": true``, a null Parquet ``value``, a CSV ``value`` cell that is empty and
   unquoted (null; the quoted empty string reads as the ``emptyValue`` marker).
@@ -85,6 +90,10 @@ FILE = "_tidemark_file"
 TOMBSTONE = "tombstone"  # JSON Lines' marker on a tombstone's line (tidemark.formats.jsonl)
 #: what an empty quoted CSV cell (the empty string) reads as, told apart from an empty unquoted one (null)
 _EMPTY = "\u0000tidemark-empty\u0000"
+_UNFIT = "_tidemark_unfit"  # a JSON Lines line whose fields did not all fit the read schema
+#: a line's value starts after the first ``,"value":`` (the key before it is a JSON string or null,
+#: and no JSON string holds an unescaped quote)
+_VALUE_OPENING = r',"value":\s*(\S)'
 
 Objects = Sequence[tuple[str, str]]  # (key, hour)
 
@@ -188,7 +197,10 @@ def _fields_of_struct(value: Column, present: StructType | None, run: StructType
 
 
 def _json_values(text: Column, run: StructType, names: Sequence[str]) -> list[Column]:
-    parsed = F.from_json(text, run, {"mode": "FAILFAST"})
+    """The value fields of JSON text values: an object parsed (FAILFAST: a field that cannot
+    take its type fails the query), any other value (an array, a scalar, ``null``) a record
+    whose every field is null, as the Arrow reader reads it."""
+    parsed = F.when(text.rlike(r"^\s*\{"), F.from_json(text, run, {"mode": "FAILFAST"}))
     return [parsed.getField(name).alias(name) for name in names]
 
 
@@ -222,8 +234,26 @@ def _read_json(
             StructField(TOMBSTONE, BooleanType()),  # true on a tombstone's line, absent elsewhere
         ]
     )
-    frame = _with_file(spark.read.schema(schema).option("mode", "FAILFAST").json(paths))
+    # PERMISSIVE keeps what the rest of a line holds when its value does not fit the struct: a
+    # value that is no object (an array, a scalar) is a record whose every field is null, as the
+    # Arrow reader reads it; anything else that does not fit fails the query, as FAILFAST would
+    reader = spark.read.schema(StructType([*schema.fields, StructField(_UNFIT, StringType())]))
+    frame = _with_file(reader.option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", _UNFIT).json(paths))
     frame = frame.where(F.col(TOMBSTONE).isNull() | ~F.col(TOMBSTONE))
+    unfit = F.col(_UNFIT)
+    opening = F.regexp_extract(unfit, _VALUE_OPENING, 1)  # the value's first character on the line
+    whole = F.from_json(unfit, "value string", {"mode": "FAILFAST"})  # a line that is no JSON fails here
+    failed = unfit.isNotNull() & (
+        whole.isNull()
+        | (opening == "{")
+        | (opening == "")
+        | F.col(envelope.partition).isNull()
+        | F.col(envelope.position).isNull()
+    )
+    message = F.concat(
+        F.lit("a JSON Lines record that does not fit the hour's value schema: "), F.substring(unfit, 1, 300)
+    )
+    frame = frame.withColumn("value", F.when(failed, F.raise_error(message)).otherwise(F.col("value")))
     return frame.select(
         *_positions(envelope),
         F.col("event_time"),

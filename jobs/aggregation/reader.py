@@ -5,8 +5,9 @@ inside ``mapInArrow`` tasks works the same against S3 on EMR Serverless and moto
 Spark 3.5 and 4. Each task gets a slice of the object list the ledger committed (never a prefix
 listing), downloads each object and reads it with the reader of its format
 (:mod:`jobs.aggregation.formats`: every format, told by the key's extension). The values of an
-object are conformed to the run's value schema, unified on the driver from every object's
-(:func:`infer_object_schemas`, a first pass in tasks), so every task returns the same typed columns:
+object are conformed to its hour's value schema, unified on the driver from the schemas of every
+object of that hour (:func:`infer_object_schemas`, a first pass in tasks); hours of one schema are
+read together, so every task of a read returns the same typed columns:
 ``hour, epoch, partition, offset, event_time`` and the value's fields
 (:func:`records_schema`).
 

@@ -1,11 +1,37 @@
-"""A local SparkSession for laptops and tests (EMR Serverless configures its own)."""
+"""A local SparkSession for laptops and tests (EMR Serverless configures its own), and the
+Spark settings the job itself needs on any session."""
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from pyspark.sql import SparkSession
+
+#: Spark settings the job's queries need, on EMR and locally alike. Value field names that differ
+#: only in case (``price``, ``Price``) are different fields, as they are in JSON and in the Arrow
+#: reader: Spark resolves names case-insensitively by default (``AMBIGUOUS_REFERENCE``, or two CSV
+#: columns renamed). So aggregations name fields exactly as the values spell them.
+JOB_CONF: dict[str, str] = {"spark.sql.caseSensitive": "true"}
+
+
+@contextmanager
+def job_conf(spark: SparkSession) -> Iterator[None]:
+    """:data:`JOB_CONF` on ``spark`` for the block (the job's session has them from the start;
+    a shared session -- a test's, the demo's -- gets its own settings back afterwards)."""
+    before = {key: spark.conf.get(key, None) for key in JOB_CONF}
+    for key, value in JOB_CONF.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, setting in before.items():
+            if setting is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, setting)
 
 
 def local_session(

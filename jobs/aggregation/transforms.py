@@ -28,7 +28,7 @@ from jobs.aggregation.reader import (
     infer_object_schemas,
     records_schema,
 )
-from jobs.aggregation.values import mixed_fields, unify
+from jobs.aggregation.values import complete, mixed_fields, unify
 from tidemark.config.model import AggregationConfig
 from tidemark.exceptions import ConfigError
 from tidemark.sources import KAFKA
@@ -42,18 +42,35 @@ class Records(NamedTuple):
     readers: dict[str, int]  # objects per read path: "arrow", "spark-parquet", "spark-json", "spark-csv"
 
 
-class ValueSchema(NamedTuple):
-    schema: pa.Schema  # the run's value schema, over every object of the hours that did not fail
+class ValueSchemas(NamedTuple):
+    """The value schema of each hour of a run, and the hours whose objects cannot be read."""
+
+    hours: dict[str, pa.Schema]  # hour -> its value schema (:func:`jobs.aggregation.values.complete`)
     failed: dict[str, str]  # hour -> why (the first of its objects that cannot be read)
 
+    @property
+    def run(self) -> pa.Schema:
+        """Every field any hour has (the names aggregations may use)."""
+        return unify(self.hours.values())
 
-def infer_value_schema(
+    def groups(self) -> list[tuple[pa.Schema, list[str]]]:
+        """The hours in groups of one value schema each (most runs: one group), read together."""
+        found: dict[bytes, tuple[pa.Schema, list[str]]] = {}
+        for hour, schema in self.hours.items():
+            found.setdefault(schema.serialize().to_pybytes(), (schema, []))[1].append(hour)
+        return list(found.values())
+
+
+def infer_value_schemas(
     spark: SparkSession, objects: Sequence[tuple[str, str]], root: str, tasks: int, *, source: str = KAFKA
-) -> ValueSchema:
-    """The run's value schema from every object (a first pass over them, in ``tasks`` tasks:
-    each object's value schema, unified on the driver), so a field that changes type in any
-    object is widened rather than failing the read; an object that cannot be read fails its
-    hour (left out of the run, reported), not the run."""
+) -> ValueSchemas:
+    """Each hour's value schema from every object of that hour (a first pass over the run's
+    objects, in ``tasks`` tasks: each object's value schema, unified per hour on the driver), so
+    a field that changes type in any object is widened rather than failing the read, and an
+    hour is typed by its own records only -- its figures and item keys are the same whichever
+    other hours share the run (the fields only other hours have are added as nulls, so every
+    aggregation resolves in every hour). An object that cannot be read fails its hour (left
+    out of the run, reported), not the run."""
     order = {key: index for index, (key, _hour) in enumerate(objects)}
     listing = spark.createDataFrame(list(objects), OBJECTS_SCHEMA)
     tasks = max(1, min(tasks, len(objects)))
@@ -63,8 +80,13 @@ def infer_value_schema(
     for row in rows:
         if row["error"] is not None:
             failed.setdefault(row["hour"], f"{row['key']}: {row['error']}")
-    schemas = [pa.ipc.read_schema(pa.py_buffer(bytes(row["schema"]))) for row in rows if row["hour"] not in failed]
-    return ValueSchema(unify(schemas), failed)
+    by_hour: dict[str, list[pa.Schema]] = {}
+    for row in rows:
+        if row["hour"] not in failed:
+            by_hour.setdefault(row["hour"], []).append(pa.ipc.read_schema(pa.py_buffer(bytes(row["schema"]))))
+    own = {hour: unify(schemas) for hour, schemas in by_hour.items()}
+    run = unify(own.values())
+    return ValueSchemas({hour: complete(schema, run) for hour, schema in own.items()}, failed)
 
 
 def read_records(
@@ -82,9 +104,10 @@ def read_records(
     epoch, partition, offset, event_time`` and the value's fields as columns. With ``native``,
     Parquet, JSON Lines and CSV objects are read by Spark's own readers
     (``jobs.aggregation.native``); everything else -- every object, without ``native`` -- is
-    fetched by executor tasks and read with Arrow."""
+    fetched by executor tasks and read with Arrow. ``values`` is the value schema of every
+    hour of ``objects`` (the job reads each group of hours of one schema apart)."""
     # a mixed field's numbers are their JSON tokens as text: Spark's readers would render them
-    # as Java doubles (1.0E22), so such a run reads every object with the Arrow reader
+    # as Java doubles (1.0E22), so hours of such a schema are read with the Arrow reader
     plan = plan_reads(objects, native and not mixed_fields(values))
     frames: list[DataFrame] = []
     readers: dict[str, int] = {}

@@ -1,11 +1,14 @@
-"""Record values as typed Arrow columns, and one value schema for a run.
+"""Record values as typed Arrow columns, and one value schema for each hour of a run.
 
 Every format's reader ends here: JSON text values (JSON Lines, the string ``value`` of Parquet,
 Avro and CSV, bytes objects) go through :func:`parse_values`, one call to Arrow's (C++) JSON
 reader per object; typed values (a declared value schema's struct or record) are already
 columns; CSV ``value.<path>`` cells go through :func:`infer_text` and :func:`nest_paths`. The
-driver unifies the value schemas of every object (:func:`widen`), and every object's
-columns are conformed to it (:func:`conform`), so every task returns the same typed columns.
+driver unifies the value schemas of every object of an hour (:func:`widen`), and every
+object's columns are conformed to its hour's (:func:`conform`), so the tasks reading hours of
+one schema return the same typed columns. An hour's types come from its own objects only
+(:func:`complete` adds the run's other fields as nulls), so its figures and item keys never
+depend on which other hours share the run.
 """
 
 from __future__ import annotations
@@ -377,6 +380,27 @@ def _text_over(sample: pa.DataType, final: pa.DataType) -> bool:
     return False
 
 
+def _completed(own: pa.DataType, run: pa.DataType) -> pa.DataType:
+    if not (pa.types.is_struct(own) and pa.types.is_struct(run)):
+        return own
+    theirs = {field.name: field.type for field in run}
+    fields = [pa.field(field.name, _completed(field.type, theirs.get(field.name, field.type))) for field in own]
+    names = {field.name for field in own}
+    return pa.struct([*fields, *(pa.field(field.name, field.type) for field in run if field.name not in names)])
+
+
+def complete(own: pa.Schema, run: pa.Schema) -> pa.Schema:
+    """An hour's value schema (``own``: unified over that hour's objects only) with the fields,
+    at any depth, that it lacks and the run's other hours have (``run``), typed as there: the
+    hour has no value for them, so they are all nulls and change none of its figures or keys,
+    and every aggregation names the same columns in every hour. Its own fields keep their
+    types (and :data:`MIXED` marks): what the hour holds is typed by the hour alone."""
+    theirs = {field.name: field.type for field in run}
+    fields = [field.with_type(_completed(field.type, theirs.get(field.name, field.type))) for field in own]
+    names = set(own.names)
+    return pa.schema([*fields, *(pa.field(field.name, field.type) for field in run if field.name not in names)])
+
+
 def mixed_fields(schema: pa.Schema) -> list[str]:
     """The run's fields marked :data:`MIXED` (text holding numbers in some records)."""
     return [field.name for field in schema if field.metadata and MIXED in field.metadata]
@@ -395,8 +419,12 @@ def _conform_column(column: pa.Array, kind: pa.DataType, name: str) -> pa.Array:
         ]
         mask = column.is_null() if column.null_count else None
         return pa.StructArray.from_arrays(children, fields=list(kind), mask=mask)
+    # int64 into a double field (the hour has fractions elsewhere): an integer beyond 2**53 rounds
+    # to the nearest double, as Arrow's JSON reader, the Python path and Spark's reader round it
+    # in an object holding both -- never a failed cast for what the object alone reads
+    safe = not (pa.types.is_integer(column.type) and pa.types.is_floating(kind))
     try:
-        return column.cast(kind)
+        return column.cast(kind, safe=safe)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         if pa.types.is_string(kind):
             return python_column(column.to_pylist(), kind)  # anything -> text

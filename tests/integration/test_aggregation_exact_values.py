@@ -7,6 +7,7 @@ computation over the values that were archived."""
 from __future__ import annotations
 
 import json
+import uuid
 from collections import defaultdict
 from decimal import Decimal
 from pathlib import Path
@@ -14,13 +15,15 @@ from types import SimpleNamespace
 from typing import Any
 
 import boto3
+import pyarrow as pa
 import pytest
+from boto3.dynamodb.types import TypeDeserializer
 
 from jobs.aggregation.job import run_aggregation
 from jobs.aggregation.reader import ObjectStore, value_schema
-from jobs.aggregation.sink import AggregateSink, aggregates_table_schema
+from jobs.aggregation.sink import AggregateSink, aggregates_table_schema, group_text
 from jobs.aggregation.transforms import aggregate, read_records
-from tests.support.format_objects import BASE_MS, Variant, store
+from tests.support.format_objects import BASE_MS, VARIANTS, Variant, store
 from tests.support.harness import small_config
 from tidemark.config.model import AggregationConfig
 from tidemark.ledger.model import HourMark
@@ -32,16 +35,20 @@ JSONL = Variant("jsonl-none", "jsonl", "none")  # Spark's reader takes it native
 JSONL_ZSTD = Variant("jsonl-zstd", "jsonl", "zstd")  # always the Arrow reader
 
 
-def objects_of(values: list[list[bytes]], variant: Variant) -> list[tuple[str, str, bytes]]:
-    """One object per list of values, partition by partition, as the archive writes them."""
+def objects_of(
+    values: list[list[bytes]], variant: Variant, hour: str = HOUR, *, partition: int = 0, first_offset: int = 0
+) -> list[tuple[str, str, bytes]]:
+    """One object per list of values of ``hour``, partition by partition from ``partition``
+    (each object's offsets from ``first_offset``), as the archive writes them."""
     found = []
-    for partition, object_values in enumerate(values):
+    at = BASE_MS + (int(hour[-2:]) - int(HOUR[-2:])) * 3_600_000
+    for index, object_values in enumerate(values):
         frames = [
-            Frame(RAW, offset, BASE_MS + offset, BASE_MS + offset, b"k", value, (), "")
-            for offset, value in enumerate(object_values)
+            Frame(RAW, first_offset + n, at + n, at + n, b"k", value, (), "") for n, value in enumerate(object_values)
         ]
-        key = object_key("raw", "orders", HOUR, partition, 0, len(frames) - 1, variant.extension)
-        found.append((key, HOUR, variant.render(frames, partition, key)))
+        last = first_offset + len(frames) - 1
+        key = object_key("raw", "orders", hour, partition + index, first_offset, last, variant.extension)
+        found.append((key, hour, variant.render(frames, partition + index, key)))
     return found
 
 
@@ -203,3 +210,242 @@ def test_a_field_that_changes_type_in_an_object_no_sample_holds_is_read_and_a_ba
     assert ledger.cleared == [hour] and report.cleared == [hour]
     assert list(report.failed) == [bad_hour] and "not JSON" in report.failed[bad_hour]
     assert bad_hour not in report.still_dirty and ledger.runs[0]["failed"] == report.failed
+
+
+# -- an hour's figures and keys are its own (findings 7, 8, 11, 12) --------------------------------
+
+
+def run_items(
+    spark, archive, tmp_path: Path, objects, aggregations: list[AggregationConfig], *, native: bool, table: str = ""
+):
+    """``run_aggregation`` (the whole job: per-hour schemas, the job's Spark settings) over
+    ``objects`` as a ledger of their hours, read by the Arrow reader from moto or, with
+    ``native``, by Spark's readers from a ``file://`` copy; into the aggregates table ``table``
+    (a new one unless given). Returns the report, the table's name and its items in DynamoDB's
+    own JSON (``{"S": ...}``, ``{"N": ...}``: what the table holds, byte for byte) without
+    ``run_id``, keyed by (hour, sort key)."""
+    root = None
+    if native:
+        root = tmp_path / "archive"
+        store(root, objects)
+    else:
+        for key, _hour, body in objects:
+            archive.s3.put_object(Bucket=archive.bucket, Key=key, Body=body)
+    resource = boto3.resource("dynamodb", endpoint_url=archive.endpoint)
+    if not table:
+        table = f"{archive.table}-aggregates-{uuid.uuid4().hex[:6]}"
+        resource.meta.client.create_table(**aggregates_table_schema(table))
+    stream = small_config().streams[0].model_copy(update={"aggregations": aggregations})
+    report = run_aggregation(
+        spark,
+        stream,
+        ledger=FakeLedger(objects),
+        bucket=archive.bucket,
+        sink=AggregateSink(table, resource=resource),
+        tasks=2,
+        archive_root=f"file://{root}" if root else None,
+    )
+    scanned = archive.dynamodb.scan(TableName=table, ConsistentRead=True)["Items"]
+    items = {(item["hour"]["S"], item["sk"]["S"]): {k: v for k, v in item.items() if k != "run_id"} for item in scanned}
+    return report, table, items
+
+
+def plain(items) -> dict[tuple[str, str], dict[str, Any]]:
+    """Items' metrics as Python values (numbers as Decimal), by (hour, sort key)."""
+    return {where: TypeDeserializer().deserialize(item["metrics"]) for where, item in items.items()}
+
+
+def reference(
+    values: dict[str, list[bytes]], group_by: list[str], metrics: dict[str, Any]
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """The plain-Python aggregation of the values archived per hour: each parsed as JSON
+    (integers exact, fractions ``float``), a value that is no object a record with every field
+    missing (null), grouped by hour and ``group_by`` (the sort key: the group's JSON, as the
+    sink writes it); ``metrics`` name -> function of a group's records. A field's values are
+    taken as they are in the hour: the reference has no notion of other hours."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for hour, hour_values in values.items():
+        for value in hour_values:
+            parsed = json.loads(value)
+            fields = parsed if isinstance(parsed, dict) else {}
+            groups[(hour, group_text({column: fields.get(column) for column in group_by}))].append(fields)
+    return {where: {name: metric(rows) for name, metric in metrics.items()} for where, rows in groups.items()}
+
+
+def total(name: str):
+    """``sum(name)``: null when no record has a value."""
+
+    def metric(rows: list[dict[str, Any]]) -> Any:
+        present = [row[name] for row in rows if row.get(name) is not None]
+        return sum(present) if present else None
+
+    return metric
+
+
+def top(name: str):
+    return lambda rows: max((row[name] for row in rows if row.get(name) is not None), default=None)
+
+
+def count(rows: list[dict[str, Any]]) -> int:
+    return len(rows)
+
+
+def as_numbers(metrics: dict[tuple[str, str], dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Reference figures as DynamoDB gives them back (Decimal; a float by its shortest repr)."""
+    return {
+        where: {
+            name: None if v is None else Decimal(repr(v)) if isinstance(v, float) else Decimal(v)
+            for name, v in figures.items()
+        }
+        for where, figures in metrics.items()
+    }
+
+
+BY_PRODUCT = AggregationConfig(
+    name="by_product", group_by=["product_id"], metrics={"n": "count(*)", "total": "sum(n)", "top": "max(n)"}
+)
+BY_PRODUCT_REFERENCE = {"n": count, "total": total("n"), "top": top("n")}
+
+
+@BOTH
+def test_an_hours_items_are_the_same_alone_and_with_any_other_hours(spark, archive, tmp_path, native):
+    """Findings 7 and 8. Hour 08 holds integer ``product_id``s and an ``n`` beyond 2**53; hour 09
+    (new) string ids and fractions. The issue's sequence: hour 08 aggregated, then late data for
+    it and hour 09 in one run. Hour 08 stays keyed ``{"product_id":1}`` with its ``n`` exact, and
+    each hour's items are byte for byte those of the hour aggregated alone, and the reference's.
+    Failing first: the run's one schema made ``product_id`` text in hour 08 (``{"product_id":"1"}``)
+    and ``n`` a double, whose safe cast failed the Arrow reader's run (``Integer value
+    9007199254740993 not in range``) and which Spark's reader rounded."""
+    big, later = 2**53 + 1, "2026-11-21T09"
+    values = {
+        HOUR: [json.dumps({"product_id": 1, "n": big}).encode(), b'{"product_id":2,"n":1}', b'{"product_id":1,"n":3}'],
+        later: [b'{"product_id":"1","n":2.5}', b'{"product_id":"x","n":0.5}'],
+    }
+    first = objects_of([values[HOUR][:2]], JSONL)
+    late = objects_of([values[HOUR][2:]], JSONL, partition=1)
+    hour_08, hour_09 = first + late, objects_of([values[later]], JSONL, later, partition=2)
+
+    _report, table, _items = run_items(spark, archive, tmp_path / "a", first, [BY_PRODUCT], native=native)
+    report, _table, together = run_items(
+        spark, archive, tmp_path / "b", hour_08 + hour_09, [BY_PRODUCT], native=native, table=table
+    )
+    _report, _table, alone_08 = run_items(spark, archive, tmp_path / "c", hour_08, [BY_PRODUCT], native=native)
+    _report, _table, alone_09 = run_items(spark, archive, tmp_path / "d", hour_09, [BY_PRODUCT], native=native)
+
+    assert report.failed == {} and sorted(report.cleared) == [HOUR, later]
+    assert report.readers == ({"spark-json": 3} if native else {"arrow": 3})
+    assert together == {**alone_08, **alone_09}  # byte for byte, run_id aside
+    wanted = reference(values, ["product_id"], BY_PRODUCT_REFERENCE)
+    assert wanted[(HOUR, '{"product_id":1}')] == {"n": 2, "total": big + 3, "top": big}
+    assert plain(together) == as_numbers(wanted)
+
+
+@BOTH
+def test_a_field_of_integers_and_fractions_in_one_hour_is_a_double_there(spark, archive, tmp_path, native):
+    """Finding 7 within one hour: an object of integers (one beyond 2**53) and an object of
+    fractions make ``n`` a double in that hour, as one object holding both reads in every
+    reader (the integer rounded to the nearest double, as in the reference's float
+    arithmetic); the Arrow reader's safe cast used to fail the run instead."""
+    big = 2**53 + 1
+    values = [json.dumps({"product_id": 1, "n": big}).encode(), b'{"product_id":1,"n":0.5}']
+    objects = objects_of([values[:1], values[1:]], JSONL)
+    report, _table, items = run_items(spark, archive, tmp_path, objects, [BY_PRODUCT], native=native)
+    assert report.failed == {} and report.cleared == [HOUR]
+    mixed = {"n": count, "total": lambda rows: sum(float(row["n"]) for row in rows), "top": top("n")}
+    wanted = reference({HOUR: values}, ["product_id"], mixed)
+    wanted[(HOUR, '{"product_id":1}')]["top"] = float(big)  # a double field: max of the doubles
+    assert plain(items) == as_numbers(wanted)
+
+
+NOT_OBJECTS = [
+    b'{"tag":"a","price":2}',
+    b"[1,2]",
+    b"5",
+    b'"text"',
+    b'"{\\"tag\\":\\"a\\",\\"price\\":3}"',  # a string holding JSON is a string
+    b"true",
+    b"null",
+    b'{"price":4}',
+]
+NATIVE_OF = {"jsonl-none": "spark-json", "parquet": "spark-parquet", "csv-gzip": "spark-csv"}
+
+
+@BOTH
+@pytest.mark.parametrize("variant", ["jsonl-none", "parquet", "csv-gzip"])
+def test_values_that_are_not_objects_are_records_without_fields_in_both_readers(
+    spark, archive, tmp_path, native, variant
+):
+    """Finding 11: arrays, scalars, strings (one holding JSON) and ``null`` values are records
+    whose every value field is null, in both readers and in the reference. Failing first:
+    Spark's readers failed the run (``MALFORMED_RECORD_IN_PARSING``)."""
+    objects = objects_of([NOT_OBJECTS[:4], NOT_OBJECTS[4:]], VARIANTS[variant])
+    by_tag = AggregationConfig(
+        name="by_tag", group_by=["tag"], metrics={"n": "count(*)", "total": "sum(price)", "priced": "count(price)"}
+    )
+    report, _table, items = run_items(spark, archive, tmp_path, objects, [by_tag], native=native)
+    assert report.readers == ({NATIVE_OF[variant]: 2} if native else {"arrow": 2})
+    assert report.records == len(NOT_OBJECTS)
+    wanted = reference(
+        {HOUR: NOT_OBJECTS},
+        ["tag"],
+        {"n": count, "total": total("price"), "priced": lambda rows: sum("price" in r for r in rows)},
+    )
+    assert wanted == {
+        (HOUR, '{"tag":"a"}'): {"n": 1, "total": 2, "priced": 1},
+        (HOUR, '{"tag":null}'): {"n": 7, "total": 4, "priced": 1},
+    }
+    assert plain(items) == as_numbers(wanted)
+
+
+CASES = [
+    b'{"tag":"a","price":1,"Price":10}',
+    b'{"tag":"a","price":2}',
+    b'{"Tag":"a","Price":20}',
+    b'{"tag":"b","Tag":"B","price":3,"Price":30}',
+]
+CASE_PATHS = Variant(
+    "csv-case",
+    "csv",
+    "gzip",
+    columns=("partition", "offset", "event_time", *(f"value.{n}" for n in ("tag", "Tag", "price", "Price"))),
+)
+
+
+@BOTH
+@pytest.mark.parametrize("variant", [JSONL, CASE_PATHS], ids=["jsonl", "csv-paths"])
+def test_field_names_that_differ_only_in_case_are_different_fields(spark, archive, tmp_path, native, variant):
+    """Finding 12: ``price`` and ``Price`` (and ``tag``, ``Tag``) are four fields, in both
+    readers and the reference. Failing first: Spark resolved them as one name
+    (``AMBIGUOUS_REFERENCE``); the job's session is case-sensitive now."""
+    objects = objects_of([CASES[:2], CASES[2:]], variant)
+    by_tag = AggregationConfig(
+        name="by_tag",
+        group_by=["tag", "Tag"],
+        metrics={"n": "count(*)", "lower": "sum(price)", "upper": "sum(Price)"},
+    )
+    report, _table, items = run_items(spark, archive, tmp_path, objects, [by_tag], native=native)
+    assert report.readers == ({"spark-json" if variant is JSONL else "spark-csv": 2} if native else {"arrow": 2})
+    wanted = reference({HOUR: CASES}, ["tag", "Tag"], {"n": count, "lower": total("price"), "upper": total("Price")})
+    assert wanted == {
+        (HOUR, '{"tag":"a","Tag":null}'): {"n": 2, "lower": 3, "upper": 10},
+        (HOUR, '{"tag":null,"Tag":"a"}'): {"n": 1, "lower": None, "upper": 20},
+        (HOUR, '{"tag":"b","Tag":"B"}'): {"n": 1, "lower": 3, "upper": 30},
+    }
+    assert plain(items) == as_numbers(wanted)
+    assert spark.conf.get("spark.sql.caseSensitive") == "false"  # the shared session's own setting is back
+
+
+def test_spark_reader_still_fails_a_line_that_does_not_fit(spark, tmp_path):
+    """Finding 11 keeps Spark's JSON Lines reader loud: only a value that is no object reads as
+    a record of nulls; a value object that does not fit the hour's schema, or a line cut short
+    inside a value, fails the query (as FAILFAST did), never a row of nulls."""
+    ((key, hour, body),) = objects_of([[b'{"price":"x"}']], JSONL)
+    store(tmp_path / "unfit", [(key, hour, body)])
+    ((short_key, _hour, short),) = objects_of([[b"[1,2]"]], JSONL, partition=1)
+    store(tmp_path / "unfit", [(short_key, hour, short[: short.index(b"[1,") + 3] + b"\n")])
+    values = pa.schema([pa.field("price", pa.int64())])
+    for planned, error in ((key, "does not fit the hour's value schema"), (short_key, "MALFORMED_RECORD_IN_PARSING")):
+        read = read_records(spark, [(planned, hour)], f"file://{tmp_path / 'unfit'}", 1, values, native=True)
+        assert read.readers == {"spark-json": 1}
+        with pytest.raises(Exception, match=error):
+            read.frame.collect()

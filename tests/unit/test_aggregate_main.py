@@ -77,6 +77,10 @@ def test_the_archive_root_reaches_the_run(monkeypatch: pytest.MonkeyPatch, examp
         def appName(self, _name: str) -> Builder:
             return self
 
+        def config(self, *, map: dict[str, Any]) -> Builder:
+            seen["conf"] = map
+            return self
+
         def getOrCreate(self) -> Session:
             return Session()
 
@@ -97,5 +101,6 @@ def test_the_archive_root_reaches_the_run(monkeypatch: pytest.MonkeyPatch, examp
         monkeypatch.setenv(name, value)
     entry.main(["--stream", "orders", "--archive-root", "s3://archive-bucket"])
     assert seen["archive_root"] == "s3://archive-bucket" and seen["bucket"] == "b" and seen["stopped"]
+    assert seen["conf"] == {"spark.sql.caseSensitive": "true"}  # finding 12: the job's session tells Price from price
     entry.main(["--stream", "orders"])
     assert seen["archive_root"] is None

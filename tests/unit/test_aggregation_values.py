@@ -14,6 +14,8 @@ from jobs.aggregation.reader import value_schema
 from jobs.aggregation.transforms import refuse_shadowed_fields
 from jobs.aggregation.values import (
     DECIMAL,
+    EnvelopeError,
+    complete,
     conform,
     infer_text,
     mixed_fields,
@@ -99,3 +101,50 @@ def test_aggregations_naming_a_value_field_the_envelope_shadows_are_refused() ->
             refuse_shadowed_fields(values, [aggregation])
     fine = AggregationConfig(name="d", metrics={"s": "sum(price)", "t": "min(event_time)", "l": "max('offset')"})
     refuse_shadowed_fields(values, [fine])  # names neither shadowed field (a literal is no column)
+
+
+def test_an_hours_schema_keeps_its_own_types_and_gets_the_runs_other_fields_as_nulls() -> None:
+    """Findings 7 and 8: an hour is typed by its own objects (``complete``), so another hour's
+    text or double never retypes its fields; the fields only other hours have (at any depth)
+    are added, so every aggregation resolves in every hour."""
+    own = unify([parse_values([b'{"product_id":1,"n":9007199254740993,"meta":{"a":1}}'])])
+    other = unify([parse_values([b'{"product_id":"x","n":2.5,"meta":{"b":"y"},"extra":true}'])])
+    run = unify([own, other])
+    assert run.field("product_id").type == pa.string() and run.field("n").type == pa.float64()
+    hour = complete(own, run)
+    assert hour.field("product_id").type == pa.int64() and hour.field("n").type == pa.int64()
+    assert hour.field("meta").type == pa.struct([("a", pa.int64()), ("b", pa.string())])
+    assert hour.field("extra").type == pa.bool_()
+    assert complete(other, run).field("meta").type == pa.struct([("b", pa.string()), ("a", pa.int64())])
+    assert complete(own, own) == own
+    columns = conform(parse_values([b'{"product_id":1,"n":9007199254740993,"meta":{"a":1}}']), hour, 1)
+    assert [column.to_pylist() for column in columns] == [[1], [2**53 + 1], [{"a": 1, "b": None}], [None]]
+
+
+def test_integers_beyond_2_53_conform_to_a_double_field_as_every_reader_rounds_them() -> None:
+    """Finding 7: an object of integers in an hour whose field is a double elsewhere rounds
+    them to the nearest double (what Arrow's reader, the Python path and Spark's reader do
+    with one object holding both), never a failed cast."""
+    alone = parse_values([b'{"n":9007199254740993}'])
+    both = parse_values([b'{"n":9007199254740993}', b'{"n":0.5}'])
+    assert both.column("n").to_pylist() == [float(2**53 + 1), 0.5]
+    (column,) = conform(alone, [pa.field("n", pa.float64())], 1)
+    assert column.to_pylist() == [float(2**53 + 1)] == both.column("n").to_pylist()[:1]
+    with pytest.raises(EnvelopeError, match="is double here but int64"):  # never the other way
+        conform(parse_values([b'{"n":0.5}']), [pa.field("n", pa.int64())], 1)
+
+
+def test_values_that_are_not_objects_are_rows_of_nulls() -> None:
+    """Finding 11, the Arrow reader: arrays, scalars, strings and ``null`` are records with
+    every field null (the rows are kept: they count)."""
+    values = [b'{"price":1}', b"[1,2]", b"5", b'"{\\"price\\":3}"', b"true", b"null"]
+    for data in (values, pa.array([value.decode() for value in values])):
+        assert parse_values(data).to_pylist() == [{"price": 1}] + [{"price": None}] * 5
+    assert parse_values([b"[1]", b"2"]).num_columns == 0  # no field at all: conform adds the hour's as nulls
+
+
+def test_field_names_that_differ_only_in_case_are_two_fields() -> None:
+    """Finding 12, the Arrow reader: ``price`` and ``Price`` are two columns."""
+    table = parse_values([b'{"price":1,"Price":10}', b'{"Price":20}'])
+    assert table.column_names == ["price", "Price"]
+    assert table.to_pylist() == [{"price": 1, "Price": 10}, {"price": None, "Price": 20}]
