@@ -21,6 +21,8 @@ Does the index cost O(batch), not O(window)?
     every message dropped as a duplicate.
 
 Prints one JSON document. ``python bench/dedupe.py --batches 200 --batch-size 100``.
+``--smoke`` (what ``make test`` runs, so the bench cannot rot): 10 batches of 20 messages, the JSON
+on one line.
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ from tidemark.runtime import Runtime  # noqa: E402
 
 BROKER = "arn:aws:mq:us-east-1:123456789012:broker:orders:b-1234a5b6-78cd-901e-2fgh-3i45j6k178l9"
 BASE_MS = 1_795_248_000_000
+#: ``--smoke``: the same passes over a few batches (a tenth of them is one batch)
+SMOKE = {"batches": 10, "batch_size": 20}
 
 
 def orders(batch: int, size: int) -> list[tuple[str, bytes, int]]:
@@ -160,11 +164,15 @@ def run(kind: str, batches: int, size: int) -> dict[str, Any]:
         return result
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batches", type=int, default=200)
     parser.add_argument("--batch-size", type=int, default=100)
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help="10 batches of 20 (unless given), JSON on one line")
+    args = parser.parse_args(argv)
+    if args.smoke:  # smaller defaults; options given still win
+        parser.set_defaults(**SMOKE)
+        args = parser.parse_args(argv)
 
     kafka = run("kafka", args.batches, args.batch_size)
     rabbitmq = run("rabbitmq", args.batches, args.batch_size)
@@ -178,7 +186,7 @@ def main() -> None:
                 "rabbitmq_over_kafka": round(rabbitmq["handler_s"] / kafka["handler_s"], 2),
                 "redelivery_over_first": round(rabbitmq["redelivery_s"] / rabbitmq["handler_s"], 2),
             },
-            indent=2,
+            indent=None if args.smoke else 2,
         )
     )
 

@@ -33,7 +33,8 @@ Output
     minus what ran inside the render callback: the transfer manager and moto), the object size
     and its ratio to gzip-6's, and ``flush_ratio`` (flush over the baseline).
 
-Run: ``.venv/bin/python bench/flush.py [--records N --runs R --codecs gzip-6,zstd-1]``
+Run: ``.venv/bin/python bench/flush.py [--records N --runs R --codecs gzip-6,zstd-1]``;
+``--smoke`` (what ``make test`` runs, so the bench cannot rot): 1,000 records, one run, every codec.
 """
 
 from __future__ import annotations
@@ -67,6 +68,8 @@ HOUR_MS = 3_600_000
 START_MS = 1_795_244_400_000  # 2026-11-21T07:00:00Z
 BASELINE_BATCH = 1_000
 DEFAULT_CODECS = ("none", "gzip-6", "gzip-1", "zstd-1", "zstd-3")
+#: ``--smoke``: the same measurements on a few records, once each
+SMOKE = {"records": 1_000, "runs": 1}
 
 
 def make_frames(count: int) -> list[Frame]:
@@ -255,7 +258,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--codecs", type=lambda text: [name for name in text.split(",") if parse_codec(name)], default=DEFAULT_CODECS
     )
+    parser.add_argument("--smoke", action="store_true", help="1,000 records, one run (unless given)")
     args = parser.parse_args(argv)
+    if args.smoke:  # smaller defaults; options given still win
+        parser.set_defaults(**SMOKE)
+        args = parser.parse_args(argv)
     os.environ.update(
         {
             "AWS_ACCESS_KEY_ID": "testing",

@@ -20,7 +20,8 @@ Frames
 Output
     Progress on stderr; the last stdout line is one JSON object.
 
-Run: ``.venv/bin/python bench/formats.py [--records N --runs R]``
+Run: ``.venv/bin/python bench/formats.py [--records N --runs R]``; ``--smoke`` (what ``make test``
+runs, so the bench cannot rot): 500 records, best of 2.
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ CASES: list[tuple[str, str, str, bool]] = [  # name, format, codec, typed value 
     ("text+gzip", "text", "gzip", False),
     ("bytes+gzip", "bytes", "gzip", False),
 ]
+#: ``--smoke``: the same cases on a few records (best of 2: a format's first call warms it up)
+SMOKE = {"records": 500, "runs": 2}
 VALUE_SCHEMA = (
     ValueColumn("order_id", "string", False),
     ValueColumn("customer_id", "string", False),
@@ -110,11 +113,15 @@ def best_of(fmt: ObjectFormat, frames: list[Frame], context: RenderContext, runs
     return best, size
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=50_000)
     parser.add_argument("--runs", type=int, default=3)
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help="500 records, best of 2 (unless given)")
+    args = parser.parse_args(argv)
+    if args.smoke:  # smaller defaults; options given still win
+        parser.set_defaults(**SMOKE)
+        args = parser.parse_args(argv)
 
     frames, typed = build_frames(args.records)
     value_bytes = sum(len(frame.value) for frame in frames) / len(frames)

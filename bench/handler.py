@@ -107,7 +107,13 @@ Output
 
 Run: ``.venv/bin/python bench/handler.py [--batches N --batch-size M --partitions P1,P2,...
 --cold-start-runs K]`` (``--partitions 1 --cold-start-runs 0`` measures what this file measured
-before it had workloads and cold start).
+before it had workloads and cold start). ``--flush-records N`` runs on a copy of the example config
+whose buffers flush at N records instead of 100k.
+
+Smoke mode
+    ``--smoke`` (what ``make test`` runs, so the bench cannot rot): 20 batches of 50 records, the
+    workloads ``1,2``, one cold-start child after its warm-up, and flushes at 200 records, so that
+    the flushing batches, the flush estimate and the accounting of committed objects run too.
 """
 
 from __future__ import annotations
@@ -160,6 +166,14 @@ HOUR_MS = 3_600_000
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 MIB = 1024 * 1024
 CHILD_TIMEOUT_S = 600
+#: ``--smoke``: every pass, check and figure of a full run on 1,000 records (options given still win)
+SMOKE: dict[str, Any] = {
+    "batches": 20,
+    "batch_size": 50,
+    "partitions": [1, 2],
+    "cold_start_runs": 1,
+    "flush_records": 200,
+}
 
 
 def log(message: str) -> None:
@@ -194,12 +208,12 @@ def peak_rss_since_reset_mb() -> float | None:
     return None
 
 
-def source_digest() -> str:
+def source_digest(config: Path = CONFIG_PATH) -> str:
     """The code and config a handler import reads (to notice an edit made during the run)."""
     digest = hashlib.sha256()
-    files = [*sorted(CORE_PATH.rglob("*.py")), *sorted(HANDLER_PATH.parent.rglob("*.py")), CONFIG_PATH]
+    files = [*sorted(CORE_PATH.rglob("*.py")), *sorted(HANDLER_PATH.parent.rglob("*.py")), config]
     for path in files:
-        digest.update(str(path.relative_to(ROOT)).encode())
+        digest.update(str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path).encode())
         with contextlib.suppress(OSError):
             digest.update(path.read_bytes())
     return digest.hexdigest()
@@ -290,7 +304,7 @@ def event_digest(event: dict[str, Any], digest: Any) -> None:
 # -- harness ---------------------------------------------------------------------------------
 
 
-def set_environment(staging: Path, spool: Path) -> None:
+def set_environment(staging: Path, spool: Path, config: Path = CONFIG_PATH) -> None:
     for name in [name for name in os.environ if name.startswith(("AWS_ENDPOINT_URL", "AWS_PROFILE"))]:
         del os.environ[name]
     os.environ.update(
@@ -308,7 +322,7 @@ def set_environment(staging: Path, spool: Path) -> None:
             "TIDEMARK_LEDGER_TABLE": TABLE,
             "TIDEMARK_STAGING_ROOT": str(staging),
             "TIDEMARK_SPOOL_DIR": str(spool),
-            "TIDEMARK_CONFIG": str(CONFIG_PATH),
+            "TIDEMARK_CONFIG": str(config),
             # moto keeps each object in a SpooledTemporaryFile: spill every one to disk (page
             # cache, not this process's RSS), so the RSS figures are the handler's, not moto's copy.
             "MOTO_S3_DEFAULT_KEY_BUFFER_SIZE": "1",
@@ -633,11 +647,15 @@ def print_profile(profiler: cProfile.Profile, top: int, label: str) -> None:
 
 
 def run_workload(
-    workload: Workload, sink: io.TextIOBase, moto_timer: MotoTimer, profiler: cProfile.Profile | None
+    workload: Workload,
+    sink: io.TextIOBase,
+    moto_timer: MotoTimer,
+    profiler: cProfile.Profile | None,
+    config: Path = CONFIG_PATH,
 ) -> dict[str, Any]:
     """Handler pass from a fresh state, then the baseline pass on the same events; the result."""
     scratch, staging, spool, baseline_dir = scratch_dirs(f"tidemark-bench-p{workload.partitions}-")
-    set_environment(staging, spool)  # read by the handler import (Runtime.from_env)
+    set_environment(staging, spool, config)  # read by the handler import (Runtime.from_env)
     forgotten = forget_core_modules()
     peak_scope = "workload" if reset_peak_rss() else "process"
 
@@ -759,7 +777,7 @@ def cold_start_child(args: argparse.Namespace) -> int:
     from moto import mock_aws
 
     scratch, staging, spool, _ = scratch_dirs("tidemark-bench-cold-")
-    set_environment(staging, spool)
+    set_environment(staging, spool, args.config or CONFIG_PATH)
     mock = mock_aws()
     mock.start()
     try:
@@ -814,6 +832,7 @@ def run_cold_start_child(args: argparse.Namespace, schema: str) -> dict[str, flo
         str(args.batch_size),
         "--partitions",
         str(args.partitions[0]),
+        *(["--config", str(args.config)] if args.config else []),
     ]
     child = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S, check=False)
     lines = child.stdout.strip().splitlines()
@@ -903,9 +922,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--profile-out", help="with --profile: raw pstats file of the first workload (others: PATH.p<partitions>)"
     )
+    parser.add_argument(
+        "--flush-records",
+        type=int,
+        default=None,
+        help="flush buffers at this many records (a copy of the example config; default: its 100k)",
+    )
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="a quick run that proves the bench works: 20 batches of 50, partitions 1,2, one cold-start run, "
+        "flushes at 200 records (options given still win)",
+    )
     parser.add_argument("--cold-start-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--cold-start-schema", help=argparse.SUPPRESS)
+    parser.add_argument("--config", type=Path, help=argparse.SUPPRESS)  # the run's config, for the children
     args = parser.parse_args(argv)
+    if args.smoke:  # smaller defaults; options given still win
+        parser.set_defaults(**SMOKE)
+        args = parser.parse_args(argv)
     if args.batches < 1 or args.batch_size < 1:
         parser.error("need batches >= 1 and batch-size >= 1")
     if not all(1 <= partitions <= args.batch_size for partitions in args.partitions):
@@ -914,9 +949,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("each partition count once")
     if args.cold_start_runs < 0:
         parser.error("need cold-start-runs >= 0")
+    if args.flush_records is not None and args.flush_records < 1:
+        parser.error("need flush-records >= 1")
     if args.cold_start_child and not args.cold_start_schema:
         parser.error("--cold-start-child needs --cold-start-schema")
     return args
+
+
+def flush_config(flush_records: int, directory: Path) -> Path:
+    """A copy of the example config in ``directory`` whose streams flush at ``flush_records``."""
+    import yaml
+
+    data = yaml.safe_load(CONFIG_PATH.read_text(encoding="utf-8"))
+    for stream in data["streams"]:
+        stream["flush"]["max_records"] = flush_records
+    path = directory / "tidemark.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return path
 
 
 def profile_path(base: str, position: int, partitions: int) -> str:
@@ -927,7 +976,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.cold_start_child:
         return cold_start_child(args)
-    digest_before = source_digest()
+    if args.flush_records is None or args.config is not None:
+        return run(args, args.config or CONFIG_PATH)
+    with tempfile.TemporaryDirectory(prefix="tidemark-bench-config-") as directory:
+        args.config = flush_config(args.flush_records, Path(directory))
+        return run(args, args.config)
+
+
+def run(args: argparse.Namespace, config: Path) -> int:
+    """The cold start, every workload, and the JSON line."""
+    digest_before = source_digest(config)
     cold_start = measure_cold_start(args) if args.cold_start_runs else dict(NO_COLD_START)
 
     moto_timer = MotoTimer()
@@ -938,7 +996,7 @@ def main(argv: list[str] | None = None) -> int:
         for position, partitions in enumerate(args.partitions):
             workload = Workload(args.batches, args.batch_size, partitions, start_ms=two_hours_before_this_one_ms())
             profiler = cProfile.Profile() if args.profile else None
-            workloads.append(run_workload(workload, sink, moto_timer, profiler))
+            workloads.append(run_workload(workload, sink, moto_timer, profiler, config))
             if profiler is not None:
                 print_profile(profiler, args.profile_top, f"partitions={partitions}")
                 if args.profile_out:
@@ -948,7 +1006,7 @@ def main(argv: list[str] | None = None) -> int:
             gc.collect()
     finally:
         sink.close()
-    source_changed = source_digest() != digest_before
+    source_changed = source_digest(config) != digest_before
     if source_changed:
         log("WARNING: core/handler/config files changed during the run: workloads may have measured different code")
 
@@ -965,6 +1023,7 @@ def main(argv: list[str] | None = None) -> int:
         # run's peak is the largest of the workloads' peaks and what ru_maxrss saw since.
         "process_peak_rss_mb": round(max([process_peak_rss_mb(), *(r["peak_rss_mb"] for r in workloads)]), 1),
         "source_changed_during_run": source_changed,
+        **({"flush_max_records": args.flush_records} if args.flush_records is not None else {}),
         "workloads": workloads,
     }
     print(json.dumps(result), flush=True)

@@ -33,7 +33,8 @@ Output
     Progress on stderr; one JSON object on stdout. The first run on a fresh clone downloads the
     wheels into ``.cache/layer``; later runs reuse them.
 
-Run: ``.venv/bin/python bench/layer_imports.py [--runs 5]``
+Run: ``.venv/bin/python bench/layer_imports.py [--runs 5]``; ``--smoke`` (what ``make test`` runs, so
+the bench cannot rot): every layer built, every case timed once, the JSON on one line.
 """
 
 from __future__ import annotations
@@ -59,6 +60,9 @@ CASES: dict[str, tuple[str, ...]] = {
     "+zstandard": ("zstandard",),
     "+all": ("pyarrow.parquet", "pyarrow.csv", "fastavro", "zstandard"),
 }
+
+#: ``--smoke``: the same builds and cases, one subprocess each
+SMOKE = {"runs": 1}
 
 #: argv: the layers' python/ directories, then the modules to import after the baseline
 TIMED = """
@@ -118,12 +122,16 @@ def code_size(directory: Path) -> int:
     return sum(p.stat().st_size for p in directory.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5, help="fresh subprocesses per case (the best counts)")
     parser.add_argument("--bytecode", action="store_true", help="time with bytecode written and reused")
     parser.add_argument("--cache", type=Path, default=REPO / ".cache" / "layer", help="the layers' pip cache")
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help="one run per case (unless given), JSON on one line")
+    args = parser.parse_args(argv)
+    if args.smoke:  # smaller defaults; options given still win
+        parser.set_defaults(**SMOKE)
+        args = parser.parse_args(argv)
     host = f"manylinux2014_{platform.machine()}"
     with tempfile.TemporaryDirectory(prefix="tidemark-layers-") as scratch:
         root = Path(scratch)
@@ -164,7 +172,7 @@ def main() -> None:
                 "cases": cases,
                 "sizes_bytes": sizes,
             },
-            indent=2,
+            indent=None if args.smoke else 2,
         )
     )
 

@@ -36,7 +36,9 @@ Output
     Progress on stderr; the last stdout line is one JSON object (the best run's figures at the
     top level, every run under ``runs``).
 
-Run: ``.venv/bin/python bench/replay.py [--records 60000 --partitions 3 --runs 2]``
+Run: ``.venv/bin/python bench/replay.py [--records 60000 --partitions 3 --runs 2]``; ``--smoke`` (what
+``make test`` runs, so the bench cannot rot): 600 records over 2 partitions in objects of at most 100,
+one run (the moto server and the broker are started and stopped as always).
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests.support: the workload and the archiver harness
 
 STREAM = "orders"
+#: ``--smoke``: the same setup, run and checks on a small archive (still several objects per partition)
+SMOKE = {"records": 600, "partitions": 2, "object_records": 100, "batch": 100, "runs": 1}
 
 
 def log(message: str) -> None:
@@ -215,7 +219,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=1_000, help="records per archiver invocation")
     parser.add_argument("--runs", type=int, default=1, help="timed runs, each into new topics")
     parser.add_argument("--seed", type=int, default=20_261_121)
+    parser.add_argument("--smoke", action="store_true", help="600 records, 2 partitions, one run (unless given)")
     args = parser.parse_args(argv)
+    if args.smoke:  # smaller defaults; options given still win
+        parser.set_defaults(**SMOKE)
+        args = parser.parse_args(argv)
     os.environ.update(
         {
             "AWS_ACCESS_KEY_ID": "testing",
