@@ -20,7 +20,7 @@ from tidemark.audit.findings import GAP
 from tidemark.config import TidemarkConfig, parse_config
 from tidemark.embedded.workload import ensure_topic, recreate_topic
 from tidemark.exceptions import NotRetainedError
-from tidemark.faults import AFTER_RECOVERY_CLAIM, RECOVERY_CRASH_POINTS, SimulatedCrash
+from tidemark.faults import AFTER_RECOVERY_CLAIM, AFTER_UPLOAD, RECOVERY_CRASH_POINTS, SimulatedCrash
 from tidemark.formats import RenderSpec, format_of
 from tidemark.kafka_log import KafkaLog
 from tidemark.recover import Limits, LogSource, Recoverer, RecoverMismatchError, UnsupportedStreamError
@@ -380,3 +380,50 @@ def test_records_withheld_before_the_first_one_delivered_are_recovered_when_the_
     assert report.records == 2
     assert_exactly_once(archive, setup)
     assert audit(archive, setup, kafka_bootstrap).clean
+
+
+def test_an_audit_beside_a_claimed_unit_does_not_call_its_upload_unknown(archive, kafka_bootstrap):
+    """Found by the seeded schedule: a recovery that died after its upload left an object the
+    audit called ``unknown_object``; like a sealed flush's upload, a claim's is not the archive's
+    yet (its positions are still a gap until a rerun commits it)."""
+    setup = archive_withholding(archive, kafka_bootstrap, WITHHELD)
+    with KafkaLog(kafka_bootstrap, setup.topic) as log, pytest.raises(SimulatedCrash):
+        recoverer(archive, setup, log, CrashAt(AFTER_UPLOAD)).run()
+    assert archive.runtime(setup.config).ledger.recovery("orders", 0).pending is not None
+    report = audit(archive, setup, kafka_bootstrap)
+    assert {finding.kind for finding in report.findings} == {GAP}
+
+
+def deliver_and_recover(archive: Any, bootstrap: str, batches: list[slice], flushed: bool) -> Any:
+    topic = f"recover-{uuid.uuid4().hex[:8]}"
+    ensure_topic(bootstrap, topic, 1)
+    config = parse_config(small_config_data(max_records=10_000, topic=topic))
+    workload = make_orders(partitions=1, per_partition=80, hours=1, seed=9, topic=topic)
+    rows = workload.records[0]
+    assert produce_records(bootstrap, rows) == list(range(80))
+    esm = EsmModel(workload, lambda crash: archive.runtime(config, crash))
+    assert esm.deliver(rows[batches[0]])
+    flush(archive, config)
+    for batch in batches[1:]:
+        assert esm.deliver(rows[batch])
+    if flushed:
+        flush(archive, config)
+    setup = Withheld(config, esm, topic, set(), False)
+    with KafkaLog(bootstrap, topic) as log:
+        return recoverer(archive, setup, log).run()
+
+
+def test_records_withheld_at_the_end_of_the_committed_range_are_recovered_beside_a_staged_batch(
+    archive, kafka_bootstrap
+):
+    """Found by the seeded schedule: 0..31 committed, 32 and 33 withheld, 34..79 staged. The read
+    around 32..33 held no record the ledger marked, and recover refused."""
+    report = deliver_and_recover(archive, kafka_bootstrap, [slice(0, 32), slice(34, 80)], flushed=False)
+    assert report.records == 2
+
+
+def test_a_withheld_run_aligned_on_the_grid_of_marks_is_recovered(archive, kafka_bootstrap):
+    """Found by the seeded schedule: 32..47 withheld whole (a batch past bounded retries), the
+    records around them flushed; the read of 32..47 alone held no marked record, for good."""
+    report = deliver_and_recover(archive, kafka_bootstrap, [slice(0, 32), slice(48, 80)], flushed=True)
+    assert report.records == 16

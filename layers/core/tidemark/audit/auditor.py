@@ -69,7 +69,7 @@ from tidemark.ledger.base import Ledger
 from tidemark.ledger.model import AbandonedFlush, CommittedObject, EpochStart, PartitionState
 from tidemark.objects.keys import epoch_of_key, hour_of_key, positions_of_key
 from tidemark.objects.writer import META_SHA256
-from tidemark.sources import KINESIS, PartitionId, partition_sort_key
+from tidemark.sources import KAFKA, KINESIS, PartitionId, partition_sort_key
 from tidemark.staging.store import SegmentRef
 from tidemark.verify import spec_of_key
 from tidemark.writer.stream import render_spec
@@ -180,6 +180,7 @@ class Auditor:
                     if obj.key in unknown:
                         recorded[obj.key] = obj
             sealed = {flush.object_key for state in self._states(unknown) for flush in state.sealed.values()}
+            sealed |= self._claimed(unknown)
             for key in unknown & sealed:  # an upload whose commit is in flight: not the archive's yet
                 del listed[key]
         for key in sorted(listed.keys() - recorded.keys()):
@@ -226,6 +227,19 @@ class Auditor:
     def _states(self, keys: Iterable[str]) -> list[PartitionState]:
         partitions = {positions_of_key(key)[0] for key in keys}
         return [self._ledger.load(self.stream.name, partition) for partition in partitions]
+
+    def _claimed(self, keys: Iterable[str]) -> set[str]:
+        """The object keys of recoveries claimed and not finished (``tidemark recover``) in the
+        partitions of ``keys``: like a sealed flush's, their uploads are not the archive's yet."""
+        if self.stream.source.shape.kind != KAFKA:
+            return set()
+        partitions = {positions_of_key(key)[0] for key in keys}
+        claimed: set[str] = set()
+        for partition in partitions:
+            pending = self._ledger.recovery(self.stream.name, partition).pending
+            if pending is not None:
+                claimed.update(key for key, _records in pending.objects)
+        return claimed
 
     def _recorded(self, within: Callable[[str], bool]) -> Iterator[CommittedObject]:
         for mark in self._ledger.hour_marks(self.stream.name):

@@ -226,7 +226,7 @@ class Recoverer:
         withheld: list[Withheld] = []
         router = Router(self._stream.config, ManualClock(now))
         starts_of = [first for first, _last in missing]
-        for first, last in _spans(missing, lo, hi):
+        for first, last in _spans(missing):
             # What the log no longer holds (retention took its start; a recreated or truncated
             # topic ends before it) is named, never guessed.
             report.not_retained.extend(clip(missing, first, min(last, start - 1)))
@@ -398,14 +398,16 @@ def _within(missing: Sequence[tuple[int, int]], starts: list[int], position: int
     return index >= 0 and missing[index][0] <= position <= missing[index][1]
 
 
-def _spans(missing: Sequence[tuple[int, int]], lo: int, hi: int) -> list[tuple[int, int]]:
+def _spans(missing: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
     """The missing ranges grouped into reads (ranges closer than ``READ_SPAN`` in one), each
-    widened to whole runs of ``MARK_GRID`` offsets within ``lo..hi``: it takes in records the
-    archiver accepted around them, which tell whether the log is still the epoch's."""
+    widened by one position on both sides and then to whole runs of ``MARK_GRID`` offsets: a read
+    takes in the records the archiver accepted next to what is missing -- and the first record of
+    their accept in each run of 16 offsets, which the ledger marks -- so it can tell whether the
+    log is still the epoch's. (Positions read beyond the missing ones are only compared.)"""
     spans: list[tuple[int, int]] = []
     for first, last in missing:
-        first = max(lo, first - first % MARK_GRID)
-        last = min(hi, last - last % MARK_GRID + MARK_GRID - 1)
+        first = max(0, first - 1 - (first - 1) % MARK_GRID)
+        last = last + 1 - (last + 1) % MARK_GRID + MARK_GRID - 1
         if spans and first - spans[-1][1] <= READ_SPAN:
             spans[-1] = (spans[-1][0], max(spans[-1][1], last))
         else:
