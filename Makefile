@@ -97,6 +97,9 @@ bench: install
 	$(PY) bench/handler.py
 	$(PY) bench/spark_aggregate.py
 	$(PY) bench/queue_interleavings.py --seeds 200
+	$(PY) bench/audit_interleavings.py --seeds 200
+	$(PY) bench/replay_interleavings.py --seeds 200
+	$(PY) bench/recover_interleavings.py --seeds 200
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache cdk.out .hypothesis node_modules .cache
