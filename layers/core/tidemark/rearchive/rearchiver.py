@@ -86,6 +86,7 @@ class Rearchiver:
     def run(self, first: int, last: int) -> RearchiveReport:
         """Rearchive every quarantined flush of the writer's partition in offsets ``first..last``."""
         stream, partition = self._writer.stream, self._writer.partition
+        self._check_source()  # before the range: a stream this cannot read again is said so first
         state = self._ledger.load(stream.name, partition)
         held_flushes = flushes_in_range(state, first, last)
         report = RearchiveReport(stream.name, partition, first, last)
@@ -107,16 +108,7 @@ class Rearchiver:
         """The flush's records as the source holds them now, checked as they are read (call it
         for the frames); refused before any read when the source cannot give them back."""
         stream, partition = self._writer.stream, self._writer.partition
-        if stream.config.source.shape.kind != KAFKA:
-            raise UnsupportedSourceError(
-                f"{stream.name}: rearchive reads Kafka; a {stream.config.source.shape.kind} source's range cannot be "
-                "read again by position here"
-            )
-        if stream.config.source.schema_registry is not None:
-            raise UnsupportedSourceError(
-                f"{stream.name}: the mapping's schema registry integration decoded what was staged; Kafka holds the "
-                "producers' bytes, which rearchive cannot decode the same way"
-            )
+        self._check_source()
         topic = stream.config.source.topic
         if state.source and state.source.rsplit("/", 1)[-1] != topic:
             raise RefetchMismatchError(
@@ -127,6 +119,20 @@ class Rearchiver:
         epoch = epoch_of_key(flush.object_key)
         fingerprints = dict(state.fingerprints) if epoch == state.epoch else self._earlier(state, held, epoch)
         return RefetchedFlush(stream, partition, flush, self._source, fingerprints)
+
+    def _check_source(self) -> None:
+        """``UnsupportedSourceError`` unless the stream's records can be read again as delivered."""
+        stream = self._writer.stream
+        if stream.config.source.shape.kind != KAFKA:
+            raise UnsupportedSourceError(
+                f"{stream.name}: rearchive reads Kafka; a {stream.config.source.shape.kind} source's range cannot be "
+                "read again by position here"
+            )
+        if stream.config.source.schema_registry is not None:
+            raise UnsupportedSourceError(
+                f"{stream.name}: the mapping's schema registry integration decoded what was staged; Kafka holds the "
+                "producers' bytes, which rearchive cannot decode the same way"
+            )
 
     def _earlier(self, state: PartitionState, held: QuarantinedFlush, epoch: int) -> dict[int, int]:
         """A flush quarantined before an epoch start: rearchived from the same log only (the
