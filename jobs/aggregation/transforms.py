@@ -84,7 +84,7 @@ def infer_value_schemas(
     for row in rows:
         if row["hour"] not in failed:
             by_hour.setdefault(row["hour"], []).append(pa.ipc.read_schema(pa.py_buffer(bytes(row["schema"]))))
-    own = {hour: unify(schemas) for hour, schemas in by_hour.items()}
+    own = {hour: unify(schemas, settled=False) for hour, schemas in by_hour.items()}
     run = unify(own.values())
     return ValueSchemas({hour: complete(schema, run) for hour, schema in own.items()}, failed)
 
@@ -149,11 +149,12 @@ def duplicate_count(records: DataFrame) -> int:
 _QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")  # SQL string literals
 
 
-def _names_in(expression: str, name: str) -> bool:
-    """Whether a Spark SQL expression names the column ``name`` (bare or in backquotes; not a
-    field of a struct, ``meta.offset``, nor inside a string literal)."""
+def _spellings(expression: str, name: str) -> set[str]:
+    """How a Spark SQL expression spells the column ``name``, in any case (bare or in
+    backquotes; not a field of a struct, ``meta.offset``, nor inside a string literal)."""
     code = _QUOTED.sub("''", expression)
-    return re.search(rf"(?<![\w.`])(?:{re.escape(name)}|`{re.escape(name)}`)(?![\w`])", code, re.IGNORECASE) is not None
+    pattern = rf"(?<![\w.`])(?:({re.escape(name)})|`({re.escape(name)})`)(?![\w`])"
+    return {match.group(1) or match.group(2) for match in re.finditer(pattern, code, re.IGNORECASE)}
 
 
 def refuse_shadowed_fields(values: pa.Schema, aggregations: Sequence[AggregationConfig]) -> None:
@@ -161,12 +162,28 @@ def refuse_shadowed_fields(values: pa.Schema, aggregations: Sequence[Aggregation
     one of the record's envelope columns (``hour``, ``epoch``, ``partition``, ``offset``,
     ``event_time``): the envelope's would silently be taken (the value's ``hour`` grouped as the
     event hour, ``sum(offset)`` of Kafka's offsets). A value field of such a name that no
-    aggregation names is left out of the records, harmlessly."""
-    shadowed = [field.name for field in values if field.name in ENVELOPE_NAMES]
+    aggregation names is left out of the records, harmlessly. Names are case-sensitive
+    (:data:`jobs.aggregation.session.JOB_CONF`): a value field ``Offset`` beside ``offset`` is
+    a field of its own, which an aggregation may name; another spelling of a shadowed name that
+    is no value field of its own (``OFFSET``) is refused too (it names no column)."""
+    fields = set(values.names)
+    shadowed = [name for name in values.names if name in ENVELOPE_NAMES]
+
+    def refused(spelling: str, name: str) -> bool:
+        return spelling == name or spelling not in fields
+
     for aggregation in aggregations:
         for name in shadowed:
-            grouped = [column for column in aggregation.group_by if column.split(".")[0].lower() == name.lower()]
-            metrics = [metric for metric, expression in aggregation.metrics.items() if _names_in(expression, name)]
+            grouped = [
+                column
+                for column in aggregation.group_by
+                if column.split(".")[0].lower() == name.lower() and refused(column.split(".")[0], name)
+            ]
+            metrics = [
+                metric
+                for metric, expression in aggregation.metrics.items()
+                if any(refused(spelling, name) for spelling in _spellings(expression, name))
+            ]
             if grouped or metrics:
                 used = ", ".join([*(f"group_by {column}" for column in grouped), *(f"metric {m}" for m in metrics)])
                 raise ConfigError(

@@ -63,7 +63,9 @@ def _python_type(values: list[Any]) -> pa.DataType:
     """The Arrow type for a field's values read in Python: integers int64, decimal(38,0)
     beyond, text beyond 38 digits; integers and floats meet in double only when the
     integers fit int64 (a bigger one is never rounded into a double: text then); objects a
-    struct; any other mix text (numbers as their JSON tokens)."""
+    struct; arrays a list of their elements' type (as Arrow's JSON reader reads them), or text
+    when the elements are a mix (:func:`_element_type`); any other mix text (numbers as their
+    JSON tokens)."""
     present = [value for value in values if value is not None]
     kinds = {type(value) for value in present}
     if not kinds:
@@ -80,22 +82,44 @@ def _python_type(values: list[Any]) -> pa.DataType:
     if kinds == {dict}:
         names = list(dict.fromkeys(name for value in present for name in value))
         return pa.struct([(name, _python_type([value.get(name) for value in present])) for name in names])
+    if kinds == {list}:
+        element = _element_type([item for value in present for item in value])
+        return pa.string() if element is None else pa.list_(element)
     return pa.string()
+
+
+def _element_type(items: list[Any]) -> pa.DataType | None:
+    """The element type of arrays holding ``items``: None (the arrays are text) when the items
+    are a mix that only text holds -- text from anything but strings."""
+    element = _python_type(items)
+    if _is_text(element) and any(type(item) is not str for item in items if item is not None):
+        return None
+    return element
+
+
+def _is_text(kind: pa.DataType) -> bool:
+    return bool(pa.types.is_string(kind))
 
 
 def json_text(value: Any) -> str:
     """A value read by :func:`loads` as JSON text: numbers as their tokens, strings as they are
     at the top level (a mixed field's text), compact JSON inside objects and arrays."""
     if isinstance(value, IntToken | FloatToken):
-        return str(value)
+        return _token(value)
     if isinstance(value, str):
         return value
     return _json(value)
 
 
+def _token(value: IntToken | FloatToken) -> str:
+    """A number's token; an integer's is its digits, so the one other spelling JSON allows,
+    ``-0``, is ``0`` (as Spark's readers and Arrow's render it)."""
+    return "0" if value == "-0" else str(value)
+
+
 def _json(value: Any) -> str:
     if isinstance(value, IntToken | FloatToken):
-        return str(value)
+        return _token(value)
     if isinstance(value, dict):
         return "{" + ",".join(f"{_json(str(name))}:{_json(item)}" for name, item in value.items()) + "}"
     if isinstance(value, list):
@@ -112,6 +136,14 @@ def python_column(values: list[Any], kind: pa.DataType) -> pa.Array:
         children = [python_column([None if row is None else row.get(f.name) for row in rows], f.type) for f in kind]
         mask = pa.array([row is None for row in rows], pa.bool_())
         return pa.StructArray.from_arrays(children, fields=list(kind), mask=mask)
+    if pa.types.is_list(kind):
+        lists = [value if isinstance(value, list) else None for value in values]
+        offsets = [0]
+        for items in lists:
+            offsets.append(offsets[-1] + (len(items) if items else 0))
+        elements = python_column([item for items in lists if items for item in items], kind.value_type)
+        mask = pa.array([items is None for items in lists], pa.bool_())
+        return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), elements, type=kind, mask=mask)
     if pa.types.is_null(kind):
         return pa.nulls(len(values))
     if pa.types.is_string(kind):
@@ -131,18 +163,20 @@ def python_column(values: list[Any], kind: pa.DataType) -> pa.Array:
 def _parse_in_python(values: list[bytes], run: pa.Schema | None = None) -> pa.Table:
     """The slow path, for values whose fields change type from record to record, integers
     beyond int64, or fields the run renders as text: every number kept as its token. A field
-    the run holds as text is made text here (its numbers as their tokens, not re-rendered)."""
+    the run holds as text, at any depth, is made text here (its numbers as their tokens, not
+    re-rendered by a cast)."""
     try:
         rows = [loads(value) for value in values]
     except ValueError as exc:
         raise EnvelopeError(f"an archived value is not JSON: {exc}") from None
     names = list(dict.fromkeys(name for row in rows if isinstance(row, dict) for name in row))
     columns = {name: [row.get(name) if isinstance(row, dict) else None for row in rows] for name in names}
-    texts = _text_fields(run)
+    theirs = {field.name: field.type for field in run} if run is not None else {}
     arrays, fields = [], []
     for name, column in columns.items():
-        inferred = _python_type(column)
-        kind = pa.string() if name in texts else settle(inferred)
+        # a field without a value here stays null-typed, as Arrow's reader types it: the hour
+        # types it (never text for an object that happens to hold only nulls)
+        kind = _text_as_run(_python_type(column), theirs.get(name))
         mixed = _holds_others(column, kind)
         arrays.append(python_column(column, kind))
         fields.append(pa.field(name, kind, metadata={MIXED: b"1"} if mixed else None))
@@ -158,21 +192,32 @@ def _holds_others(values: list[Any], kind: pa.DataType) -> bool:
     if pa.types.is_struct(kind):
         rows = [value for value in values if isinstance(value, dict)]
         return any(_holds_others([row.get(field.name) for row in rows], field.type) for field in kind)
+    if pa.types.is_list(kind):
+        return _holds_others([item for value in values if isinstance(value, list) for item in value], kind.value_type)
     return False
 
 
-def _text_fields(run: pa.Schema | None) -> set[str]:
-    return {field.name for field in run if pa.types.is_string(field.type)} if run is not None else set()
+def _text_as_run(kind: pa.DataType, run: pa.DataType | None) -> pa.DataType:
+    """``kind`` (a field's type in these values) with text wherever the run holds text, at any
+    depth."""
+    if run is None or pa.types.is_null(kind):
+        return kind
+    if pa.types.is_string(run):
+        return run
+    if pa.types.is_struct(kind) and pa.types.is_struct(run):
+        theirs = {field.name: field.type for field in run}
+        return pa.struct([(field.name, _text_as_run(field.type, theirs.get(field.name))) for field in kind])
+    if pa.types.is_list(kind) and pa.types.is_list(run):
+        return pa.list_(_text_as_run(kind.value_type, run.value_type))
+    return kind
 
 
 def _renders_text(parsed: pa.Schema, run: pa.Schema | None) -> bool:
-    """Whether the run holds as text a field these values parsed as something else: its
-    numbers must then be their tokens, which only the Python path keeps."""
-    texts = _text_fields(run)
-    return any(
-        field.name in texts and not pa.types.is_string(field.type) and not pa.types.is_null(field.type)
-        for field in parsed
-    )
+    """Whether the run holds as text, at any depth, a field these values parsed as something
+    else: its numbers must then be their tokens, which only the Python path keeps (Arrow's
+    cast renders ``1000.0`` as ``1000`` and ``1e22`` as ``1e+22``)."""
+    theirs = {field.name: field.type for field in run} if run is not None else {}
+    return any(field.type != _text_as_run(field.type, theirs.get(field.name)) for field in parsed)
 
 
 def _one_per_line(column: pa.Array | pa.ChunkedArray) -> pa.Buffer:
@@ -218,13 +263,21 @@ def _read_json(data: pa.Buffer | bytes) -> pa.Table:
 
 #: an integer of 19 digits or more may be beyond int64, which Arrow's reader would make a double
 _LONG_DIGITS = re.compile(rb"[0-9]{19}")
+#: a value (one a line) that is no JSON object -- an array, a scalar, ``null`` --: Arrow's JSON
+#: reader (pyarrow 26) crashes the process (SIGSEGV) on a ``null`` at the start of its input or
+#: of any of its blocks, and fails on the others anyway; such values are read in Python. (The
+#: first line is matched apart: a pattern starting with the literal line break is searched for
+#: at memchr speed, about 20 ms for 60 MB, where ``(?:^|\n)`` costs as much as Arrow's parse.)
+_FIRST_NOT_OBJECT = re.compile(rb"[ \t\r]*[^{\s]")
+_NOT_OBJECT = re.compile(rb"\n[ \t\r]*[^{\s]")
 
 
 def parse_values(values: list[bytes] | pa.Array | pa.ChunkedArray, run: pa.Schema | None = None) -> pa.Table:
     """JSON object values as typed Arrow columns: parsed in C++ by Arrow's JSON reader, or in
     Python (every number kept as its token) when a field's type varies between records, when
-    an integer may be beyond int64 (19 digits or more anywhere), or when ``run`` (the run's
-    value schema) holds as text a field parsed as something else here.
+    an integer may be beyond int64 (19 digits or more anywhere), when a value is no JSON
+    object, or when ``run`` (the run's value schema) holds as text, at any depth, a field
+    parsed as something else here.
 
     ``values`` is a list of one-line JSON texts (JSON Lines) or a string/binary column (Parquet,
     Avro, CSV, bytes objects), which never leaves Arrow on the fast path."""
@@ -232,7 +285,9 @@ def parse_values(values: list[bytes] | pa.Array | pa.ChunkedArray, run: pa.Schem
     if not rows:
         return pa.table({})
     data = b"\n".join(values) if isinstance(values, list) else _one_per_line(values)
-    if not _LONG_DIGITS.search(data if isinstance(data, bytes) else memoryview(data)):
+    view = data if isinstance(data, bytes) else memoryview(data)
+    objects = not _FIRST_NOT_OBJECT.match(view) and not _NOT_OBJECT.search(view)
+    if objects and not _LONG_DIGITS.search(view):
         try:
             table = _read_json(data)
             if table.num_rows == rows and not _renders_text(table.schema, run):
@@ -308,11 +363,14 @@ def nest_paths(columns: Mapping[str, pa.Array]) -> pa.Table:
     return pa.Table.from_arrays(arrays, names=names) if names else pa.table({})
 
 
-def widen(a: pa.DataType, b: pa.DataType) -> pa.DataType:
+def widen(a: pa.DataType, b: pa.DataType, *, settled: bool = True) -> pa.DataType:
     """The type both fit in: null gives way, integers meet in decimal(38,0) when one is
     beyond int64, int64 and float in double (a decimal and a float in text: never a double
     for an integer beyond int64), structs merge field by field (nested values of objects with
-    different fields), otherwise text."""
+    different fields), lists element by element (an object's empty lists, ``list<null>``,
+    give way too) unless their elements meet only in text from anything but strings (then the
+    lists are text), otherwise text. A struct's field never seen with a value is text, or with
+    ``settled`` false still null (an hour's schema: :func:`complete` types it)."""
     if a == b:
         return a
     if pa.types.is_null(a):
@@ -331,8 +389,14 @@ def widen(a: pa.DataType, b: pa.DataType) -> pa.DataType:
     if pa.types.is_struct(a) and pa.types.is_struct(b):
         fields = {field.name: field.type for field in a}
         for field in b:
-            fields[field.name] = widen(fields.get(field.name, pa.null()), field.type)
-        return pa.struct([(name, settle(kind)) for name, kind in fields.items()])
+            fields[field.name] = widen(fields.get(field.name, pa.null()), field.type, settled=settled)
+        return pa.struct([(name, settle(kind) if settled else kind) for name, kind in fields.items()])
+    if pa.types.is_list(a) and pa.types.is_list(b):
+        element = widen(a.value_type, b.value_type, settled=settled)
+        texts = (pa.types.is_string, pa.types.is_null)
+        if _is_text(element) and not all(any(check(k) for check in texts) for k in (a.value_type, b.value_type)):
+            return pa.string()
+        return pa.list_(element)
     return pa.string()
 
 
@@ -342,27 +406,30 @@ def settle(kind: pa.DataType) -> pa.DataType:
         return pa.string()
     if pa.types.is_struct(kind):
         return pa.struct([(field.name, settle(field.type)) for field in kind])
+    if pa.types.is_list(kind):
+        return pa.list_(settle(kind.value_type))
     return kind
 
 
-def unify(tables: Iterable[pa.Table | pa.Schema]) -> pa.Schema:
+def unify(tables: Iterable[pa.Table | pa.Schema], *, settled: bool = True) -> pa.Schema:
     """One value schema over tables (or their schemas): a field takes the widest type it has anywhere. A
     field that is text in the run (at any depth) where some sample had it otherwise, or that a
     sample read as a mixed field, is marked :data:`MIXED`: its numbers are their JSON tokens,
     which only the Arrow reader's Python path keeps (Spark's readers would render them as
-    Java doubles)."""
+    Java doubles). With ``settled`` false, a field never seen with a value keeps the null type
+    (an hour's schema, before :func:`complete` gives it the run's type)."""
     fields: dict[str, pa.DataType] = {}
     samples: dict[str, list[pa.DataType]] = {}
     mixed: set[str] = set()
     for table in tables:
         for field in table.schema if isinstance(table, pa.Table) else table:
-            fields[field.name] = widen(fields.get(field.name, pa.null()), field.type)
+            fields[field.name] = widen(fields.get(field.name, pa.null()), field.type, settled=settled)
             samples.setdefault(field.name, []).append(field.type)
             if field.metadata and MIXED in field.metadata:
                 mixed.add(field.name)
     schema = []
     for name, kind in fields.items():
-        final = settle(kind)
+        final = settle(kind) if settled else kind
         marked = name in mixed or any(_text_over(sample, final) for sample in samples[name])
         schema.append(pa.field(name, final, metadata={MIXED: b"1"} if marked else None))
     return pa.schema(schema)
@@ -377,10 +444,16 @@ def _text_over(sample: pa.DataType, final: pa.DataType) -> bool:
     if pa.types.is_struct(final) and pa.types.is_struct(sample):
         finals = {field.name: field.type for field in final}
         return any(_text_over(field.type, finals[field.name]) for field in sample if field.name in finals)
+    if pa.types.is_list(final) and pa.types.is_list(sample):
+        return _text_over(sample.value_type, final.value_type)
     return False
 
 
 def _completed(own: pa.DataType, run: pa.DataType) -> pa.DataType:
+    if pa.types.is_null(own):  # no value in the hour: as if the hour did not have the field
+        return run
+    if pa.types.is_list(own) and pa.types.is_list(run):
+        return pa.list_(_completed(own.value_type, run.value_type))
     if not (pa.types.is_struct(own) and pa.types.is_struct(run)):
         return own
     theirs = {field.name: field.type for field in run}
@@ -390,13 +463,15 @@ def _completed(own: pa.DataType, run: pa.DataType) -> pa.DataType:
 
 
 def complete(own: pa.Schema, run: pa.Schema) -> pa.Schema:
-    """An hour's value schema (``own``: unified over that hour's objects only) with the fields,
-    at any depth, that it lacks and the run's other hours have (``run``), typed as there: the
-    hour has no value for them, so they are all nulls and change none of its figures or keys,
-    and every aggregation names the same columns in every hour. Its own fields keep their
-    types (and :data:`MIXED` marks): what the hour holds is typed by the hour alone."""
+    """An hour's value schema (``own``: unified over that hour's objects only, unsettled) with
+    the fields, at any depth, that it lacks and the run's other hours have (``run``), typed as
+    there: the hour has no value for them, so they are all nulls and change none of its figures
+    or keys, and every aggregation names the same columns in every hour. A field the hour holds
+    only nulls in (null-typed) takes the run's type likewise; then what is still null-typed is
+    text. Its own fields keep their types (and :data:`MIXED` marks): what the hour holds is
+    typed by the hour alone."""
     theirs = {field.name: field.type for field in run}
-    fields = [field.with_type(_completed(field.type, theirs.get(field.name, field.type))) for field in own]
+    fields = [field.with_type(settle(_completed(field.type, theirs.get(field.name, field.type)))) for field in own]
     names = set(own.names)
     return pa.schema([*fields, *(pa.field(field.name, field.type) for field in run if field.name not in names)])
 
@@ -409,6 +484,13 @@ def mixed_fields(schema: pa.Schema) -> list[str]:
 def _conform_column(column: pa.Array, kind: pa.DataType, name: str) -> pa.Array:
     if column.type == kind:
         return column
+    if pa.types.is_list(kind) and pa.types.is_list(column.type):
+        starts = column.offsets
+        first, last = starts[0].as_py(), starts[-1].as_py()
+        offsets = pc.subtract(starts, first) if first else starts
+        items = _conform_column(column.values.slice(first, last - first), kind.value_type, f"{name}[]")
+        mask = column.is_null() if column.null_count else None
+        return pa.ListArray.from_arrays(offsets, items, type=kind, mask=mask)
     if pa.types.is_struct(kind) and pa.types.is_struct(column.type):
         present = {field.name for field in column.type}
         children = [
