@@ -100,6 +100,7 @@ bench: install
 	$(PY) bench/audit_interleavings.py --seeds 200
 	$(PY) bench/replay_interleavings.py --seeds 200
 	$(PY) bench/recover_interleavings.py --seeds 200
+	$(PY) bench/aggregation_properties.py --seeds 50
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache cdk.out .hypothesis node_modules .cache
