@@ -22,7 +22,9 @@ What it reports
     ``native_objects`` (objects Spark's readers read; hours whose text fields hold floats,
     objects or arrays go through the Arrow reader) and ``refusals``, and seconds. A correctness
     run: ``seconds_per_seed`` is for planning. ``--steps`` is the records per case (default 120).
-    ``--known-bugs`` also generates the value regions of ``KNOWN_BUGS`` (expected to fail).
+    ``failed_hours`` counts hours the reference says must fail alone (a sum of booleans or objects,
+    ``meta.region`` over text, an integer sum beyond int64 or 38 digits): the job must report
+    exactly those, leave them dirty and aggregate every other hour of the run.
 
 Prints one JSON document; exits 1 if any seed failed. ``python bench/aggregation_properties.py
 --seeds 40``; ``--smoke`` runs two seeds of 40 records (``make test`` does, so the bench cannot
@@ -40,7 +42,6 @@ from seeded import REPO, run_seeds
 
 from tests.support.aggregation_properties import make_case, run_case
 
-KNOWN_BUGS = "--known-bugs" in sys.argv
 SMOKE_RECORDS = 40  # records per case in --smoke (unless --steps says otherwise)
 
 
@@ -58,7 +59,7 @@ class Runner:
             from jobs.aggregation.session import local_session
 
             self.spark = local_session("tidemark-aggregation-properties", shuffle_partitions=4)
-        case = make_case(seed, records=steps, known_bugs=KNOWN_BUGS)
+        case = make_case(seed, records=steps)
         workdir = Path(archive.staging_root).parent / f"native-{seed}"
         workdir.mkdir(parents=True, exist_ok=True)
         result = run_case(self.spark, archive, case, workdir)
@@ -67,7 +68,7 @@ class Runner:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = [arg for arg in (sys.argv[1:] if argv is None else argv) if arg != "--known-bugs"]
+    args = list(sys.argv[1:] if argv is None else argv)
     if "--smoke" in args and not any(arg.startswith("--steps") for arg in args):
         args += ["--steps", str(SMOKE_RECORDS)]
     runner = Runner()
@@ -87,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
                 "hashed_keys",
                 "native_objects",
                 "refusals",
+                "failed_hours",
+                "absent_fields",
             ),
             args,
             seeds=40,

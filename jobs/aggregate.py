@@ -11,6 +11,10 @@ connector needed). ``--archive-root`` names where Spark itself can read the arch
 then read with ``spark.read.parquet/json/csv`` from there, the other formats (Avro, zstd, bytes)
 still with Arrow, from the same root.
 
+After the run the driver prints the run's summary (JSON), one log line per hour it could not
+aggregate (those stay dirty and are retried) and per aggregation naming fields no record has,
+and puts the run's figures into CloudWatch (``jobs.aggregation.metrics``).
+
 Settings come from the same environment as the Lambdas (``TIDEMARK_CONFIG[_JSON]``,
 ``TIDEMARK_BUCKET``, ``TIDEMARK_LEDGER_TABLE``) plus ``TIDEMARK_AGGREGATES_TABLE``; ``--config``
 names the configuration instead of the environment (the deployed schedule passes the S3 asset
@@ -29,6 +33,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from jobs.aggregation.job import run_aggregation
+from jobs.aggregation.metrics import log_report, publish
 from jobs.aggregation.reader import ObjectStore
 from jobs.aggregation.session import JOB_CONF
 from jobs.aggregation.sink import AggregateSink
@@ -112,7 +117,18 @@ def main(argv: list[str] | None = None) -> None:
         )
     finally:
         spark.stop()
-    print(json.dumps(report.summary()))
+    summary = report.summary()
+    print(json.dumps(summary))
+    log_report(summary)
+    publish(summary, cloudwatch=cloudwatch_client())
+
+
+def cloudwatch_client() -> Any:
+    """CloudWatch with boto3's standard retry mode (the driver puts one request per run)."""
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client("cloudwatch", config=Config(retries={"mode": "standard", "max_attempts": 5}))
 
 
 if __name__ == "__main__":

@@ -209,6 +209,9 @@ class ArchiveBuilder:
             file_system=self.staging.file_system,
             pipeline=self.pipeline.state_machine if self.pipeline.enabled else None,
             emr_application_id=self.pipeline.application.attr_application_id if self.pipeline.enabled else None,
+            aggregation_logs={stream: self.pipeline.log_location(stream) for stream in self.pipeline.streams}
+            if self.pipeline.enabled
+            else None,
             kinesis=self.source.kinesis,
             mappings=self.archiver.mappings,
         )

@@ -33,6 +33,8 @@ OWN_STACK = {
     ":stack\\/[A-Za-z0-9-]+\\/\\*$/g"
 }
 JOB_RUNS = {"regex": "/^Resource::arn:<AWS::Partition>:emr-serverless:.*\\/jobruns\\/\\*$/g"}
+#: logs:DescribeLogGroups in the account and region (what EMR Serverless's CloudWatch logging asks of the job role)
+ACCOUNT_LOG_GROUPS = "Resource::arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:*"
 
 PREFIX_REASON = (
     "Object-level S3 actions scoped to one key prefix of the archive bucket (a stream's raw/ or errors/ "
@@ -123,3 +125,18 @@ def apply_nag(scope: IConstruct) -> None:
             )
         elif isinstance(construct, iam.Role) and construct.node.id == "JobRole":
             _suppress(construct, "AwsSolutions-IAM5", PREFIX_REASON, ARCHIVE_PREFIX_OBJECTS)
+            _suppress(
+                construct,
+                "AwsSolutions-IAM5",
+                "Resource '*' only for cloudwatch:PutMetricData, which has no resource-level permissions; the "
+                "statement is conditioned on cloudwatch:namespace = Tidemark, the job's metrics' namespace.",
+                "Resource::*",
+            )
+            _suppress(
+                construct,
+                "AwsSolutions-IAM5",
+                "logs:DescribeLogGroups in this account and region, as EMR Serverless's CloudWatch logging requires "
+                "of the job runtime role (EMR Serverless User Guide, 'Logging for EMR Serverless with Amazon "
+                "CloudWatch'); writing is granted on the job log group only.",
+                ACCOUNT_LOG_GROUPS,
+            )

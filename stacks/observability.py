@@ -1,9 +1,11 @@
 """Observability: a CloudWatch dashboard per stream, alarms, and the SNS topic they notify.
 
-Tidemark's own metrics are Powertools EMF metrics in the ``Tidemark`` namespace, dimensioned by
-``service`` (``tidemark-archiver`` / ``tidemark-sweeper``) and, where they belong to one stream,
-``stream``. The rest are AWS's: Lambda (errors, throttles, duration, the MSK mapping's
-``OffsetLag``, the Kinesis mapping's ``IteratorAge``), Kinesis read throttles, Amazon MQ's
+Tidemark's own metrics are in the ``Tidemark`` namespace, dimensioned by ``service`` and, where
+they belong to one stream, ``stream``: Powertools EMF metrics of the functions
+(``tidemark-archiver`` / ``tidemark-sweeper``), and the aggregation job's
+(``tidemark-aggregation``), which its driver puts with ``PutMetricData`` after each run
+(``jobs/aggregation/metrics.py``). The rest are AWS's: Lambda (errors, throttles, duration, the
+MSK mapping's ``OffsetLag``, the Kinesis mapping's ``IteratorAge``), Kinesis read throttles, Amazon MQ's
 RabbitMQ queue metrics (``MessageCount``: an Amazon MQ mapping publishes no lag of its own, the
 broker publishes the queue's depth), EFS ``StorageBytes``, Step Functions executions and EMR
 Serverless job counts.
@@ -34,6 +36,12 @@ from tidemark.config import StreamConfig, TidemarkConfig
 NAMESPACE = "Tidemark"
 ARCHIVER = "tidemark-archiver"
 SWEEPER = "tidemark-sweeper"
+#: The aggregation job's service and metrics. They must match ``jobs/aggregation/metrics.py``
+#: (``SERVICE``, ``HOURS_FAILED``, ``HOURS_AGGREGATED``), which stacks does not import (it may
+#: import the CDK and the core package); ``tests/unit/test_stack_alarms.py`` checks they do.
+AGGREGATION = "tidemark-aggregation"
+HOURS_FAILED = "AggregationHoursFailed"
+HOURS_AGGREGATED = "AggregationHoursAggregated"
 PERIOD = Duration.minutes(5)
 
 
@@ -99,7 +107,11 @@ class ObservabilityConstruct(Construct):
     ``kinesis`` holds the source of every Kinesis stream (``SourceConstruct.kinesis``): its
     dashboard graphs the stream's read throttles. A RabbitMQ stream's queue comes from the
     configuration (``RabbitMQSource.of``): its lag and freshness alarms and its dashboard read the
-    broker's metrics of the queue."""
+    broker's metrics of the queue.
+
+    ``aggregation_logs`` names, for each stream the pipeline aggregates, where its job runs log
+    (``PipelineConstruct.log_location``): each such stream gets an ``AggregationHoursFailed``
+    alarm, whose description says where to read why, and its dashboard graphs the job's hours."""
 
     def __init__(
         self,
@@ -113,6 +125,7 @@ class ObservabilityConstruct(Construct):
         file_system: efs.IFileSystem,
         pipeline: sfn.IStateMachine | None = None,
         emr_application_id: str | None = None,
+        aggregation_logs: Mapping[str, str] | None = None,
         kinesis: Mapping[str, KinesisSource] | None = None,
         mappings: Mapping[str, lambda_.IEventSourceMapping] | None = None,
     ) -> None:
@@ -164,6 +177,7 @@ class ObservabilityConstruct(Construct):
         self._sweeper_functions = list(sweeper_functions)
         self._pipeline = pipeline
         self._emr_application_id = emr_application_id
+        self._aggregation_logs = dict(aggregation_logs or {}) if pipeline is not None else {}
         self._file_system = file_system
         self.dashboards: dict[str, cw.Dashboard] = {}
         self.alarms: dict[str, list[cw.Alarm]] = {}
@@ -418,7 +432,23 @@ class ObservabilityConstruct(Construct):
                 "with `tidemark epoch start` (see README 'Epochs')",
             ),
             *([self._abandoned_alarm(stream)] if abandons_records(stream) else []),
+            *([self._hours_failed_alarm(name)] if name in self._aggregation_logs else []),
         ]
+
+    def _hours_failed_alarm(self, name: str) -> cw.Alarm:
+        """Any hour an aggregation run of the stream could not aggregate (``AggregationHoursFailed``,
+        which the job's driver puts after every run, zeros too): the run itself succeeded, so the
+        ``AggregationFailures`` alarm (failed or timed-out executions) does not fire."""
+        return self._alarm(
+            f"AggregationHoursFailed-{name}",
+            tidemark_metric(HOURS_FAILED, AGGREGATION, stream=name),
+            f"{name}: an aggregation run left hours dirty that it could not aggregate (an object it could not "
+            "read, or values an aggregation cannot take). Each such hour has an ERROR log line ('aggregation hour "
+            f"failed') naming the hour and the reason, in {self._aggregation_logs[name]}; the run's record in the "
+            f"ledger (RUNS#{name}) lists them under failed. The hours stay dirty and every run retries them, so "
+            "this repeats until the cause is fixed (README 'The aggregation job (PySpark)': known limits). "
+            "`tidemark status` does not show runs or dirty hours",
+        )
 
     def _shared_alarms(self) -> list[cw.Alarm]:
         alarms = [
@@ -657,7 +687,7 @@ class ObservabilityConstruct(Construct):
                     ),
                 ],
             ),
-            graph("Spark job outcomes", self._job_metrics()),
+            graph("Spark job outcomes", self._job_metrics(name)),
         ]
         if kinesis is not None:
             # The archiver's own throttles are graphed with its errors above.
@@ -674,13 +704,18 @@ class ObservabilityConstruct(Construct):
         dashboard.add_widgets(*last_row)
         return dashboard
 
-    def _job_metrics(self) -> list[cw.IMetric]:
+    def _job_metrics(self, stream: str) -> list[cw.IMetric]:
         if self._pipeline is None:
             return [self._sweeper.metric_succeeded(period=PERIOD, label="sweeper runs (no aggregations configured)")]
         metrics: list[cw.IMetric] = [
             self._pipeline.metric_succeeded(period=PERIOD, label="scheduled runs succeeded"),
             self._pipeline.metric_failed(period=PERIOD, label="scheduled runs failed"),
         ]
+        if stream in self._aggregation_logs:
+            metrics += [
+                tidemark_metric(HOURS_AGGREGATED, AGGREGATION, stream=stream).with_(label="hours aggregated"),
+                tidemark_metric(HOURS_FAILED, AGGREGATION, stream=stream).with_(label="hours failed (left dirty)"),
+            ]
         if self._emr_application_id is not None:
             for metric, label in (("SuccessJobs", "job runs succeeded"), ("FailedJobs", "job runs failed")):
                 metrics.append(

@@ -10,6 +10,13 @@ has Python 3.9 and the job needs 3.11. Every run picks the hours the ledger mark
 Runs never overlap: each job run is limited to ``pipeline.job_timeout``, which the config keeps
 below ``pipeline.schedule``, and an execution is stopped (cancelling its job runs) after one
 schedule period.
+
+What a run reports outside the ledger (``jobs/aggregation/metrics.py``): the driver's stdout and
+stderr go to the job log group (``/tidemark/<stack>/aggregation``, log streams under
+``tidemark-aggregate/<stream>/``), where each hour the run could not aggregate has an ERROR line
+naming it and the reason; and the driver puts ``AggregationHoursFailed`` and its siblings in the
+``Tidemark`` namespace, which the job role may put metrics in and no other. The stack alarms on
+``AggregationHoursFailed`` per stream (``stacks/observability.py``).
 """
 
 from __future__ import annotations
@@ -27,6 +34,8 @@ from aws_cdk import (
     DockerImage,
     Duration,
     ILocalBundling,
+    RemovalPolicy,
+    Stack,
     Stage,
     Token,
 )
@@ -35,12 +44,14 @@ from aws_cdk import aws_emrserverless as emrs
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from stacks.assets import CORE_LOCAL_ONLY, ShippedPackage, tree_hash, workflow
 from stacks.grants import ArchiveAccess
+from stacks.observability import NAMESPACE
 from stacks.paths import ProjectSources
 from tidemark.config import TidemarkConfig
 from tidemark.exceptions import ConfigError
@@ -51,6 +62,14 @@ IMAGE_PYTHON = "/usr/bin/python3.11"
 SYNC_RULE = "StepFunctionsGetEventsForEMRServerlessJobRule"
 #: EMR Serverless refuses a configuration property value longer than this
 MAX_PROPERTY_CHARS = 1024
+#: a job run's log streams are named from ``<this>/<stream>`` (EMR Serverless adds the rest)
+LOG_STREAM_PREFIX = "tidemark-aggregate"
+
+
+def job_log_group_name(stack_name: str) -> str:
+    """The job log group: named after the stack (one Tidemark per stack), so an alarm
+    description and the runbook can name it."""
+    return f"/tidemark/{stack_name}/aggregation"
 
 
 def job_packages(root: Path | ProjectSources) -> list[ShippedPackage]:
@@ -81,7 +100,9 @@ class PipelineConstruct(Construct):
     """EMR Serverless application, job role, job assets, and the scheduled state machine.
 
     Built only when a stream has aggregations (``enabled`` says whether it was); ``application``,
-    ``job_role`` and ``state_machine`` are then set.
+    ``job_role``, ``log_group`` (the job runs' driver logs; its name in ``log_group_name``) and
+    ``state_machine`` are then set. The job role may also put metrics in the ``Tidemark``
+    namespace, and EMR Serverless writes the driver's logs to ``log_group`` as the job role.
     """
 
     def __init__(
@@ -188,6 +209,7 @@ class PipelineConstruct(Construct):
         ledger_table.grant(self.job_role, "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query")
         # The sink queries an hour's items, then puts and deletes them in batches.
         aggregates_table.grant(self.job_role, "dynamodb:Query", "dynamodb:BatchWriteItem")
+        self._grant_reporting(Stack.of(self).stack_name)
 
         self.state_machine = self._state_machine(config, environment)
         self.schedule = events.Rule(
@@ -202,6 +224,54 @@ class PipelineConstruct(Construct):
             ],
             description="Runs the Tidemark aggregation job every pipeline.schedule",
         )
+
+    def _grant_reporting(self, stack_name: str) -> None:
+        """The job log group, and what the job role needs to report outside the ledger.
+
+        Driver logs: EMR Serverless ships them to CloudWatch Logs as the job's runtime role, which
+        needs ``logs:DescribeLogGroups`` on ``arn:<partition>:logs:<region>:<account>:*`` and
+        ``logs:PutLogEvents``, ``logs:CreateLogStream`` and ``logs:DescribeLogStreams`` on the log
+        group (EMR Serverless User Guide, "Logging for EMR Serverless with Amazon CloudWatch",
+        required permissions: https://docs.aws.amazon.com/emr/latest/EMR-Serverless-UserGuide/logging.html#jobs-log-storage-cw).
+        The group exists (this stack makes it), so no ``logs:CreateLogGroup``. Not KMS-encrypted,
+        like the stack's other log groups, so no key grant either.
+
+        Metrics: ``cloudwatch:PutMetricData`` has no resource type, so its resource is "*"; the
+        ``cloudwatch:namespace`` condition keeps the role to the ``Tidemark`` namespace ("Using
+        condition keys to limit access to CloudWatch namespaces":
+        https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/iam-cw-condition-keys-namespace.html).
+        """
+        self.log_group_name = job_log_group_name(stack_name)
+        self.log_group = logs.LogGroup(
+            self,
+            "JobLogs",
+            log_group_name=self.log_group_name,
+            retention=logs.RetentionDays.ONE_MONTH,
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+        self.job_role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["logs:DescribeLogGroups"],
+                resources=[f"arn:{Aws.PARTITION}:logs:{Aws.REGION}:{Aws.ACCOUNT_ID}:*"],
+            )
+        )
+        self.job_role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"],
+                resources=[self.log_group.log_group_arn],  # arn:...:log-group:<name>:*
+            )
+        )
+        self.job_role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["cloudwatch:PutMetricData"],
+                resources=["*"],
+                conditions={"StringEquals": {"cloudwatch:namespace": NAMESPACE}},
+            )
+        )
+
+    def log_location(self, stream: str) -> str:
+        """Where a stream's job runs log (the driver's stdout and stderr), for people to read."""
+        return f"log group {self.log_group_name}, log streams {LOG_STREAM_PREFIX}/{stream}/..."
 
     def _job_arguments(self) -> str:
         """The job's arguments, a States.Array over the stream of the Map iteration."""
@@ -247,7 +317,16 @@ class PipelineConstruct(Construct):
                     "ConfigurationOverrides": {
                         "ApplicationConfiguration": [
                             {"Classification": "spark-defaults", "Properties": self._spark_properties(environment)}
-                        ]
+                        ],
+                        # No LogTypes: the driver's stdout and stderr, the default (API reference,
+                        # CloudWatchLoggingConfiguration.logTypes), where the job's log lines are.
+                        "MonitoringConfiguration": {
+                            "CloudWatchLoggingConfiguration": {
+                                "Enabled": True,
+                                "LogGroupName": self.log_group_name,
+                                "LogStreamNamePrefix.$": f"States.Format('{LOG_STREAM_PREFIX}/{{}}', $.stream)",
+                            }
+                        },
                     },
                 },
             },

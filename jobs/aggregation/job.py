@@ -31,10 +31,12 @@ from jobs.aggregation.reader import ObjectStore
 from jobs.aggregation.session import job_conf
 from jobs.aggregation.sink import AggregateSink
 from jobs.aggregation.transforms import (
+    AggregationError,
     aggregate,
     dedupe,
     duplicate_count,
     infer_value_schemas,
+    one_line,
     read_records,
     refuse_shadowed_fields,
 )
@@ -54,7 +56,8 @@ class RunReport:
     items_written: int = 0
     cleared: list[str] = field(default_factory=list)  # hours no longer dirty
     still_dirty: list[str] = field(default_factory=list)  # got new objects while the run ran
-    failed: dict[str, str] = field(default_factory=dict)  # hours left dirty: an object cannot be read
+    failed: dict[str, str] = field(default_factory=dict)  # hours left dirty, and why (retried next run)
+    absent: dict[str, list[str]] = field(default_factory=dict)  # aggregation -> fields no record has (null)
     seconds: dict[str, float] = field(default_factory=dict)  # read, schema, aggregate, write
     readers: dict[str, int] = field(default_factory=dict)  # objects per read path (arrow, spark-parquet...)
 
@@ -71,6 +74,7 @@ class RunReport:
             "cleared": self.cleared,
             "still_dirty": self.still_dirty,
             "failed": self.failed,
+            "absent": self.absent,
             "seconds": {phase: round(value, 2) for phase, value in self.seconds.items()},
             "readers": self.readers,
         }
@@ -85,42 +89,127 @@ def plan(ledger: Ledger, stream: str, hours: list[str] | None) -> list[HourMark]
     return [mark for mark in marks if mark.hour in wanted]
 
 
+Rows = dict[str, dict[str, list[tuple[dict[str, Any], dict[str, Any]]]]]  # aggregation -> hour -> (group, metrics)
+
+
+@dataclass
+class _Aggregated:
+    """What one read of some hours found: only merged into the run's report once it all worked."""
+
+    rows: Rows
+    records: int
+    duplicates: int
+    readers: dict[str, int]
+    absent: dict[str, list[str]]  # aggregation -> fields no record of the run has (read as null)
+    seconds: dict[str, float]
+
+
 def _aggregate_hours(
     spark: SparkSession,
     stream: StreamConfig,
     objects: list[tuple[str, str]],
     values: pa.Schema,
-    report: RunReport,
-    results: dict[str, dict[str, list[tuple[dict[str, Any], dict[str, Any]]]]],
     *,
     root: str,
     tasks: int,
     native: bool,
     source: str,
-) -> None:
-    """Read the objects of hours that share the value schema ``values``, dedupe them and add
-    each aggregation's rows to ``results`` (aggregation -> hour -> ``(group, metrics)``)."""
+) -> _Aggregated:
+    """Read the objects of hours that share the value schema ``values``, dedupe them and
+    compute each aggregation's rows. Every aggregation is analysed before anything is read, so
+    one these hours' types cannot support fails fast (:class:`AggregationError`)."""
     clock = time.monotonic()
     read = read_records(spark, objects, root, tasks, values, native=native, source=source)
-    for reader, count in read.readers.items():
-        report.readers[reader] = report.readers.get(reader, 0) + count
     records = read.frame.cache()
-    total = records.count()
-    duplicates = duplicate_count(records)
-    unique = dedupe(records) if duplicates else records
-    report.duplicates += duplicates
-    report.records += total - duplicates
-    report.seconds["read"] = report.seconds.get("read", 0.0) + time.monotonic() - clock
-    clock = time.monotonic()
-    for aggregation in stream.aggregations:
-        by_hour = results[aggregation.name]
-        for row in aggregate(unique, aggregation).collect():
-            fields = row.asDict()
-            group = {column: fields[column] for column in aggregation.group_by}
-            metrics = {name: fields[name] for name in aggregation.metrics}
-            by_hour.setdefault(fields["hour"], []).append((group, metrics))
-    report.seconds["aggregate"] = report.seconds.get("aggregate", 0.0) + time.monotonic() - clock
-    records.unpersist()
+    try:
+        unique = records
+        planned = {aggregation.name: aggregate(unique, aggregation) for aggregation in stream.aggregations}
+        total = records.count()
+        duplicates = duplicate_count(records)
+        if duplicates:
+            unique = dedupe(records)
+            planned = {aggregation.name: aggregate(unique, aggregation) for aggregation in stream.aggregations}
+        seconds = {"read": time.monotonic() - clock}
+        clock = time.monotonic()
+        rows: Rows = {}
+        for aggregation in stream.aggregations:
+            by_hour = rows.setdefault(aggregation.name, {})
+            for row in planned[aggregation.name].frame.collect():
+                fields = row.asDict()
+                group = {column: fields[column] for column in aggregation.group_by}
+                metrics = {name: fields[name] for name in aggregation.metrics}
+                by_hour.setdefault(fields["hour"], []).append((group, metrics))
+        seconds["aggregate"] = time.monotonic() - clock
+    finally:
+        records.unpersist()
+    absent = {name: result.absent for name, result in planned.items() if result.absent}
+    return _Aggregated(rows, total - duplicates, duplicates, read.readers, absent, seconds)
+
+
+def _aggregate_group(
+    spark: SparkSession,
+    stream: StreamConfig,
+    objects: list[tuple[str, str]],
+    values: pa.Schema,
+    hours: list[str],
+    report: RunReport,
+    results: Rows,
+    **read: Any,
+) -> None:
+    """Aggregate ``hours`` (of one value schema) into ``results``, or record why they failed in
+    ``report.failed``: an aggregation their types cannot support fails them all (each alone
+    would fail alike); any other failure (a value Spark cannot compute with, an object that
+    cannot be read, an overflowing sum) is narrowed down by halving the hours, so it fails
+    only the hours it is in, and the others are aggregated."""
+    try:
+        found = _aggregate_hours(spark, stream, objects, values, **read)
+    except AggregationError as exc:
+        for hour in hours:
+            report.failed[hour] = str(exc)
+        return
+    except Exception as exc:  # noqa: BLE001 -- any failure fails its hours, never the run
+        if len(hours) == 1:
+            report.failed[hours[0]] = one_line(exc)
+            return
+        half = len(hours) // 2
+        for part in (hours[:half], hours[half:]):
+            wanted = set(part)
+            part_objects = [(key, hour) for key, hour in objects if hour in wanted]
+            _aggregate_group(spark, stream, part_objects, values, part, report, results, **read)
+        return
+    for name, by_hour in found.rows.items():
+        for hour, hour_rows in by_hour.items():
+            results[name].setdefault(hour, []).extend(hour_rows)
+    for reader, count in found.readers.items():
+        report.readers[reader] = report.readers.get(reader, 0) + count
+    for name, paths in found.absent.items():
+        known = report.absent.setdefault(name, [])
+        known.extend(path for path in paths if path not in known)
+    report.records += found.records
+    report.duplicates += found.duplicates
+    for phase, seconds in found.seconds.items():
+        report.seconds[phase] = report.seconds.get(phase, 0.0) + seconds
+
+
+def _write_hours(stream: StreamConfig, sink: AggregateSink, results: Rows, report: RunReport) -> None:
+    """Replace each aggregated hour's items (an hour without rows -- every record gone -- gets
+    none). A write that fails fails its hour (left dirty, rewritten whole by the next run)."""
+    for hour in report.hours:
+        if hour in report.failed:
+            continue
+        for aggregation in stream.aggregations:
+            try:
+                report.items_written += sink.replace_hour(
+                    stream.name,
+                    aggregation.name,
+                    hour,
+                    results[aggregation.name].get(hour, []),
+                    report.run_id,
+                    zone=stream.event_time.timezone,
+                )
+            except Exception as exc:  # noqa: BLE001 -- one hour's write never fails the others
+                report.failed[hour] = f"writing aggregation {aggregation.name!r}: {one_line(exc)}"
+                break
 
 
 def run_aggregation(
@@ -162,17 +251,15 @@ def run_aggregation(
             objects = [(key, hour) for key, hour in objects if hour not in report.failed]
             report.seconds["schema"] = time.monotonic() - clock
         if objects:
-            results: dict[str, dict[str, list[tuple[dict[str, Any], dict[str, Any]]]]] = {
-                aggregation.name: {hour: [] for hour in report.hours if hour not in report.failed}
-                for aggregation in stream.aggregations
-            }
+            results: Rows = {aggregation.name: {} for aggregation in stream.aggregations}
             for values, group in schemas.groups():  # hours typed alike are read together (usually all)
                 in_group = set(group)
-                _aggregate_hours(
+                _aggregate_group(
                     spark,
                     stream,
                     [(key, hour) for key, hour in objects if hour in in_group],
                     values,
+                    group,
                     report,
                     results,
                     root=store.root,
@@ -181,11 +268,7 @@ def run_aggregation(
                     source=source,
                 )
             clock = time.monotonic()
-            for aggregation in stream.aggregations:
-                for hour, hour_rows in results[aggregation.name].items():
-                    report.items_written += sink.replace_hour(
-                        stream.name, aggregation.name, hour, hour_rows, report.run_id
-                    )
+            _write_hours(stream, sink, results, report)
             report.seconds["write"] = time.monotonic() - clock
     for mark in marks:
         if mark.hour in report.failed:

@@ -13,8 +13,11 @@ from pyspark.sql import SparkSession
 #: Spark settings the job's queries need, on EMR and locally alike. Value field names that differ
 #: only in case (``price``, ``Price``) are different fields, as they are in JSON and in the Arrow
 #: reader: Spark resolves names case-insensitively by default (``AMBIGUOUS_REFERENCE``, or two CSV
-#: columns renamed). So aggregations name fields exactly as the values spell them.
-JOB_CONF: dict[str, str] = {"spark.sql.caseSensitive": "true"}
+#: columns renamed). So aggregations name fields exactly as the values spell them. ANSI mode stays
+#: off (Spark 4 turns it on by default, so it is set): under it one text ``"—"`` in a field summed as
+#: numbers fails its hour at every run; integer sums are guarded against overflow instead
+#: (``jobs.aggregation.exact_sums``).
+JOB_CONF: dict[str, str] = {"spark.sql.caseSensitive": "true", "spark.sql.ansi.enabled": "false"}
 
 
 @contextmanager

@@ -4,7 +4,8 @@ One item per (stream, aggregation, hour, group): ``pk = AGG#<stream>#<aggregatio
 ``sk = <group>`` as a JSON object of the group's values (``{"product_id":"p-001"}``; ``{}``
 without group-by columns), so no two groups can share a key; a group whose JSON exceeds the
 1,024 bytes of a sort key is keyed ``sha256:<digest of its JSON>`` instead, its JSON in the
-item's ``group_key`` (every item has it) and its values in ``group``. An hour's items are
+item's ``group_key`` (every item has it) and its values in ``group``; ``utc_offsets`` says which
+UTC offsets the (local) hour covers, two for the hour that repeats when clocks go back. An hour's items are
 rewritten whole (``PutItem``, never ``ADD``), and groups of that hour that are no longer in the
 result are deleted, so the hour's items are always exactly the latest computation. boto3's
 batch writer sends 25-item batches and resends unprocessed items.
@@ -15,8 +16,10 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import boto3
 import orjson
@@ -87,6 +90,31 @@ def _number(value: Any) -> Any:
     return str(value)  # dates from Spark: their text
 
 
+def _offset_text(offset: timedelta) -> str:
+    minutes = int(offset.total_seconds() // 60)
+    sign = "-" if minutes < 0 else "+"
+    return f"{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
+
+
+def utc_offsets(hour: str, zone: str) -> list[str]:
+    """The UTC offsets of the real hours an event-hour label stands for in ``zone`` (the stream's
+    ``event_time.timezone``): one, or two for the local hour that repeats when clocks go back
+    (``["-04:00", "-05:00"]`` for ``2026-11-01T01`` in America/New_York: its items aggregate both
+    real hours)."""
+    tz = ZoneInfo(zone)
+    start = datetime.strptime(hour, "%Y-%m-%dT%H").replace(tzinfo=tz)
+    offsets: list[str] = []
+    for minute in (0, 15, 30, 45):  # zones change offset on the hour or the half hour (Lord Howe)
+        for fold in (0, 1):
+            local = start.replace(minute=minute, fold=fold)
+            if local.astimezone(UTC).astimezone(tz).replace(tzinfo=None) != local.replace(tzinfo=None):
+                continue  # a local time the clocks skip: no instant has it
+            text = _offset_text(local.utcoffset() or timedelta(0))
+            if text not in offsets:
+                offsets.append(text)
+    return offsets
+
+
 class AggregateSink:
     def __init__(self, table_name: str, *, resource: Any | None = None) -> None:
         self.table = (resource or boto3.resource("dynamodb")).Table(table_name)
@@ -98,8 +126,12 @@ class AggregateSink:
         hour: str,
         rows: Iterable[tuple[Mapping[str, Any], Mapping[str, Any]]],
         run_id: str,
+        *,
+        zone: str = "UTC",
     ) -> int:
-        """Make the hour's items exactly ``rows`` (``(group, metrics)`` pairs); returns items put."""
+        """Make the hour's items exactly ``rows`` (``(group, metrics)`` pairs); returns items put.
+        Each item says which UTC offsets its hour covers in ``zone`` (:func:`utc_offsets`)."""
+        offsets = utc_offsets(hour, zone)
         pk = aggregate_pk(stream, aggregation, hour)
         existing: set[str] = set()
         query: dict[str, Any] = {
@@ -129,6 +161,7 @@ class AggregateSink:
                         "hour": hour,
                         "group": {column: _number(value) for column, value in group.items()},
                         "metrics": {name: _number(value) for name, value in metrics.items()},
+                        "utc_offsets": offsets,
                         "run_id": run_id,
                     }
                 )

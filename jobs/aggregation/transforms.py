@@ -10,15 +10,19 @@ both alike: a record is ``(epoch, partition, offset)``.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import reduce
 from typing import NamedTuple
 
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
+from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
+from pyspark.errors import AnalysisException, PythonException
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.types import DataType, StructType
 
+from jobs.aggregation.exact_sums import guard_sums
 from jobs.aggregation.native import plan_reads, read_native
 from jobs.aggregation.reader import (
     ENVELOPE_NAMES,
@@ -193,8 +197,137 @@ def refuse_shadowed_fields(values: pa.Schema, aggregations: Sequence[Aggregation
                 )
 
 
-def aggregate(records: DataFrame, aggregation: AggregationConfig) -> DataFrame:
-    """The configured metrics per event hour and group: ``hour, <group_by...>, <metric...>``."""
-    metrics = [F.expr(expression).alias(name) for name, expression in aggregation.metrics.items()]
-    groups = [F.col(column).alias(column) for column in aggregation.group_by]  # keeps "meta.region" whole
-    return records.groupBy("hour", *groups).agg(*metrics)
+class AggregationError(Exception):
+    """An aggregation Spark cannot compute over these records' types (an hour's, since hours of
+    one value schema are aggregated together): the message names the aggregation, the metric or
+    group column, and Spark's reason. It fails those hours, never the run."""
+
+
+class Aggregated(NamedTuple):
+    frame: DataFrame  # hour, <group_by...>, <metric...>
+    absent: list[str]  # fields the aggregation names that no record of the run has: read as null
+
+
+#: how many absent fields one aggregation may name before the run stops taking them as null
+MAX_ABSENT_FIELDS = 64
+
+
+def one_line(exc: BaseException) -> str:
+    """Spark's reason for ``exc`` on one line: ``[ERROR_CLASS] message`` where Spark gives one
+    (also from the JVM's exception chain, or the Python worker's last traceback line)."""
+    if isinstance(exc, Py4JJavaError):
+        text = str(exc.java_exception)
+    elif isinstance(exc, PythonException):
+        lines = [line for line in str(exc).splitlines() if line.strip()]
+        text = lines[-1] if lines else type(exc).__name__
+    else:
+        text = str(exc)
+    found = re.search(r"\[[A-Z][A-Z0-9_.]+\][^\n]*", text)
+    line = found.group(0) if found else (text.strip().splitlines() or [type(exc).__name__])[0]
+    return line.strip()[:600]
+
+
+def _quoted(name: str) -> Column:
+    """The column named ``name`` exactly (dots and backquotes in names included)."""
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
+def _name_parts(text: str) -> list[str]:
+    """``"`meta`.`region`"`` (how Spark names a column in an error) -> ``["meta", "region"]``."""
+    return [part.replace("``", "`") for part in re.findall(r"`((?:[^`]|``)*)`", text)]
+
+
+def _struct_paths(kind: StructType, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], StructType]]:
+    found = [(path, kind)] if path else []
+    for field in kind.fields:
+        if isinstance(field.dataType, StructType):
+            found += _struct_paths(field.dataType, (*path, field.name))
+    return found
+
+
+def _with_absent(records: DataFrame, exc: AnalysisException, texts: Sequence[str]) -> tuple[DataFrame, str] | None:
+    """``records`` with the field Spark could not resolve (``exc``) added as null, and its
+    path -- when no record has it: a top-level name no column has, or a field of a struct
+    that has no such field (named so in the aggregation's ``texts``). None for anything else."""
+    error = exc.getErrorClass() or ""
+    parameters = exc.getMessageParameters() or {}
+    if error.startswith("UNRESOLVED_COLUMN"):
+        parts = _name_parts(parameters.get("objectName", ""))
+        if not parts or parts[0] in records.columns:
+            return None
+        value: Column = F.lit(None)
+        for name in reversed(parts[1:]):
+            value = F.struct(value.alias(name))
+        return records.withColumn(parts[0], value), ".".join(parts)
+    if error == "FIELD_NOT_FOUND":
+        missing = _name_parts(parameters.get("fieldName", ""))
+        fields = _name_parts(parameters.get("fields", ""))
+        if len(missing) != 1 or any("." in name for name in [*missing, *fields]):
+            return None
+        plain = [text.replace("`", "") for text in texts]
+        candidates = [
+            path
+            for path, kind in _struct_paths(records.schema)
+            if kind.names == fields
+            and not any("." in name for name in path)
+            and any(".".join((*path, missing[0])) in text for text in plain)
+        ]
+        if len(candidates) != 1:
+            return None
+        path = candidates[0]
+        nested = ".".join((*path[1:], missing[0]))
+        return records.withColumn(path[0], _quoted(path[0]).withField(nested, F.lit(None))), ".".join(
+            (*path, missing[0])
+        )
+    return None
+
+
+def _type_of(records: DataFrame) -> Callable[[str], DataType | None]:
+    def type_of(expression: str) -> DataType | None:
+        try:
+            return records.select(F.expr(expression)).schema[0].dataType
+        except AnalysisException:
+            return None
+
+    return type_of
+
+
+def _culprit(records: DataFrame, aggregation: AggregationConfig) -> str:
+    """Which part of ``aggregation`` Spark cannot resolve over ``records``: its first group
+    column or metric that fails alone."""
+    for column in aggregation.group_by:
+        try:
+            records.select(F.col(column))
+        except AnalysisException:
+            return f"group_by {column}"
+    for name, expression in aggregation.metrics.items():
+        try:
+            records.groupBy("hour").agg(F.expr(expression))
+        except AnalysisException:
+            return f"metric {name} = {expression}"
+    return "its metrics together"
+
+
+def aggregate(records: DataFrame, aggregation: AggregationConfig) -> Aggregated:
+    """The configured metrics per event hour and group: ``hour, <group_by...>, <metric...>``.
+
+    A field no record of the run has is read as null (reported in ``absent``): a rare field
+    (``refund``) missing from every hour of one run must not fail it. Integer and decimal sums
+    are guarded against overflow (:mod:`jobs.aggregation.exact_sums`). Anything else Spark
+    cannot resolve raises :class:`AggregationError` naming the metric or group column."""
+    absent: list[str] = []
+    texts = [*aggregation.group_by, *aggregation.metrics.values()]
+    while True:
+        type_of = _type_of(records)
+        metrics = [F.expr(guard_sums(text, type_of)).alias(name) for name, text in aggregation.metrics.items()]
+        groups = [F.col(column).alias(column) for column in aggregation.group_by]  # keeps "meta.region" whole
+        try:
+            return Aggregated(records.groupBy("hour", *groups).agg(*metrics), absent)
+        except AnalysisException as exc:
+            found = _with_absent(records, exc, texts) if len(absent) < MAX_ABSENT_FIELDS else None
+            if found is None:
+                raise AggregationError(
+                    f"aggregation {aggregation.name!r}, {_culprit(records, aggregation)}: {one_line(exc)}"
+                ) from exc
+            records, path = found
+            absent.append(path)

@@ -16,6 +16,7 @@ from typing import Any
 import boto3
 import orjson
 import pytest
+from botocore.exceptions import ClientError
 
 from jobs.aggregation.job import run_aggregation
 from jobs.aggregation.sink import AggregateSink, aggregates_table_schema
@@ -275,8 +276,8 @@ def test_a_backfill_that_dies_halfway_is_redone_by_the_next_scheduled_run(spark,
     first = run_aggregation(spark, stream, ledger=runtime.ledger, bucket=archive.bucket, sink=sink, tasks=2)
     assert first.cleared and not any(mark.dirty for mark in runtime.ledger.hour_marks("orders"))
 
-    class Crash(Exception):
-        pass
+    class Crash(BaseException):
+        """The driver dying mid-write (an error the run handles fails only its hour)."""
 
     writes: list[str] = []
     replace_hour = sink.replace_hour
@@ -295,4 +296,36 @@ def test_a_backfill_that_dies_halfway_is_redone_by_the_next_scheduled_run(spark,
 
     scheduled = run_aggregation(spark, stream, ledger=runtime.ledger, bucket=archive.bucket, sink=sink, tasks=2)
     assert sorted(scheduled.hours) == sorted(first.hours) and sorted(scheduled.cleared) == sorted(first.hours)
+    assert_same(table_aggregates(table), expected_aggregates(orders.expected))
+
+
+def test_a_write_that_fails_fails_only_its_hour_which_the_next_run_rewrites(spark, archive, aggregates):
+    """DynamoDB refuses one hour's write (an error the run handles, unlike the driver dying):
+    that hour is reported failed and left dirty, every other hour is written and cleared, and
+    the next run rewrites the failed hour whole."""
+    sink, table = aggregates
+    config = small_config(max_records=120)
+    stream = config.streams[0]
+    runtime = archive.runtime(config)
+    orders = make_orders(partitions=2, per_partition=150, hours=3, late_share=0.0, bad_share=0.0, seed=17)
+    Archiver(runtime).handle(msk_event(orders.all_records()))
+    flush_all(archive, runtime, config, orders.records)
+    hours = sorted(mark.hour for mark in runtime.ledger.hour_marks("orders"))
+    assert len(hours) >= 3
+    replace_hour = sink.replace_hour
+
+    def refuse_the_second_hour(stream_name, aggregation, hour, rows, run_id, **options):
+        if hour == hours[1]:
+            raise ClientError({"Error": {"Code": "ValidationException", "Message": "refused"}}, "BatchWriteItem")
+        return replace_hour(stream_name, aggregation, hour, rows, run_id, **options)
+
+    sink.replace_hour = refuse_the_second_hour  # type: ignore[method-assign]
+    report = run_aggregation(spark, stream, ledger=runtime.ledger, bucket=archive.bucket, sink=sink, tasks=2)
+    sink.replace_hour = replace_hour  # type: ignore[method-assign]
+    assert list(report.failed) == [hours[1]]
+    assert "writing aggregation 'orders_by_product'" in report.failed[hours[1]] and "refused" in report.failed[hours[1]]
+    assert sorted(report.cleared) == [hour for hour in hours if hour != hours[1]]
+    assert [mark.hour for mark in runtime.ledger.hour_marks("orders") if mark.dirty] == [hours[1]]
+    rerun = run_aggregation(spark, stream, ledger=runtime.ledger, bucket=archive.bucket, sink=sink, tasks=2)
+    assert rerun.hours == [hours[1]] and rerun.cleared == [hours[1]] and not rerun.failed
     assert_same(table_aggregates(table), expected_aggregates(orders.expected))

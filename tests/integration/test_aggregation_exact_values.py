@@ -66,7 +66,7 @@ def aggregated(spark: Any, archive: Any, tmp_path: Path, objects, aggregation: A
     reader = ObjectStore(root)
     values = value_schema((key, reader.read(key)) for key, _hour in planned)
     records = read_records(spark, planned, root, tasks=2, values=values, native=native)
-    rows = [row.asDict(recursive=True) for row in aggregate(records.frame, aggregation).collect()]
+    rows = [row.asDict(recursive=True) for row in aggregate(records.frame, aggregation).frame.collect()]
     return sorted(rows, key=repr), records.readers
 
 

@@ -89,7 +89,7 @@ def by_epoch(records: Records) -> dict[int, list[tuple[Any, ...]]]:
 
 def aggregates_by_epoch(frame: Any) -> dict[int, set[tuple[Any, ...]]]:
     found: dict[int, set[tuple[Any, ...]]] = defaultdict(set)
-    for row in aggregate(frame, BY_PRODUCT).collect():
+    for row in aggregate(frame, BY_PRODUCT).frame.collect():
         fields = row.asDict()
         found[fields.pop("epoch")].add(tuple(sorted(fields.items())))
     return found

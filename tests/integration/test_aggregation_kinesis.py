@@ -126,7 +126,7 @@ def test_every_format_reads_dedupes_and_aggregates_through_the_arrow_reader(spar
     assert duplicate_count(records) == ARCHIVE.duplicates * len(archived)
     unique = dedupe(records)
     assert_frames_equal(unique, expected_frame(spark, list(archived)))  # offsets: the exact digits
-    assert_frames_equal(aggregate(unique, BY_PRODUCT), expected_aggregates_frame(spark, list(archived)))
+    assert_frames_equal(aggregate(unique, BY_PRODUCT).frame, expected_aggregates_frame(spark, list(archived)))
     records.unpersist()
 
 
@@ -153,7 +153,7 @@ def test_spark_readers_read_kinesis_parquet_json_lines_and_csv_alike(spark, tmp_
     names = [name for run in NATIVE_RUNS for name in run]
     unique = dedupe(records)
     assert_frames_equal(unique, expected_frame(spark, names))
-    assert_frames_equal(aggregate(unique, BY_PRODUCT), expected_aggregates_frame(spark, names))
+    assert_frames_equal(aggregate(unique, BY_PRODUCT).frame, expected_aggregates_frame(spark, names))
 
 
 def test_spark_refuses_a_kafka_object_in_a_kinesis_run(spark, tmp_path: Path):

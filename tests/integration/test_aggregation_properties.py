@@ -6,9 +6,7 @@ plain-Python reference (``tests/support/aggregation_properties.py``; float sums 
 their terms' magnitudes). A few seeds here; ``bench/aggregation_properties.py`` runs many.
 
 Below them, each defect the generated cases found, as a minimal case of its own: the fixed ones
-failed first; ``test_known_bug_*`` are not fixed yet (``xfail(strict=True)``: each turns into a
-failure once the job is right, so its marker goes with the fix). The generator stays out of
-their regions (``KNOWN_BUGS``) unless told (``bench/aggregation_properties.py --known-bugs``).
+failed first.
 """
 
 from __future__ import annotations
@@ -31,9 +29,10 @@ from tests.support.aggregation_properties import (
 from tests.support.benches import assert_smoke_passes
 from tidemark.config.model import AggregationConfig
 
-#: a few small seeds here -- Parquet and JSON Lines, each with an hour Spark's readers read and a
-#: value field an envelope column shadows (the bench's smoke run takes 0 and 1); the bench runs many
-SEEDS = (15, 18)
+#: a few small seeds here -- JSON Lines and Parquet, each with an hour Spark's readers read and a
+#: value field an envelope column shadows; one has an hour that must fail alone (an integer sum
+#: beyond int64, say), the other a field no record has (the bench's smoke run takes 0 and 1)
+SEEDS = (44, 72)
 RECORDS = 60
 HOUR, LATER, LAST = "2026-11-21T08", "2026-11-21T09", "2026-11-21T10"
 
@@ -50,12 +49,15 @@ def test_generated_values_are_stored_as_the_reference_says_by_both_readers(spark
         fresh = make_archive(archive.endpoint, tmp_path / f"seed-{seed}")
         results.append(run(spark, fresh, tmp_path / f"work-{seed}", make_case(seed, records=RECORDS)))
     # The seeds are not idle: both tables hold every reference item, some keyed by a digest, with
-    # float sums among them; Spark's own readers read some objects; a shadowed field was refused.
+    # float sums among them; Spark's own readers read some objects; a shadowed field was refused;
+    # an hour failed alone, as the reference says; a field no record has was read as null.
     assert all(result.items >= 80 and result.objects >= 4 for result in results), results
     assert sum(result.hashed_keys for result in results) > 0
     assert sum(result.float_sums for result in results) > 0
     assert sum(result.native_objects for result in results) > 0
     assert sum(result.refusals for result in results) > 0
+    assert sum(result.failed_hours for result in results) > 0
+    assert sum(result.absent_fields for result in results) > 0
 
 
 def test_the_reference_gives_the_exact_values_tests_figures_where_their_reference_applies():
@@ -190,39 +192,66 @@ def test_value_fields_differing_from_envelope_columns_only_in_case_are_aggregate
     assert result.refusals == 1 and result.items == 2
 
 
-@pytest.mark.xfail(strict=True, reason="known bug: sum() of longs beyond int64 wraps, of decimal(38,0) is null")
-def test_known_bug_an_integer_sum_beyond_int64_is_stored_exactly_or_fails_loudly(spark, archive, tmp_path):
-    """Three values of 2**62 in a long field sum to 3 * 2**62, beyond int64: Spark's ``sum``
-    (ANSI mode off) wraps around to -2**62 and the item stores that, silently; six 38-digit
-    values of a decimal(38,0) field sum beyond 38 digits, which Spark's ``sum`` makes null.
-    The reference stores the exact sums (a fix that fails the hour loudly instead would make
-    this test expect that)."""
+def test_an_integer_sum_beyond_int64_or_38_digits_fails_its_hour_loudly(spark, archive, tmp_path):
+    """Three values of 2**62 in a long field (hour 08) sum to 3 * 2**62, beyond int64; six
+    38-digit values of a decimal(38,0) field (hour 09) sum beyond 38 digits. Failing first:
+    Spark's ``sum`` (ANSI mode off) wrapped the first around to -2**62 and made the second
+    null, and the items stored those, silently; the first run with the guard raised Spark's
+    overflow error for the second from the merge of its partial sums. Now each hour fails alone, its reason naming
+    the sum; hour 10 (one such value each) is aggregated exactly."""
     total = Spec("total", (), {"n": Metric("sum", ("n",)), "big": Metric("sum", ("big",))})
-    values = [json.dumps({"n": 2**62}) for _ in range(3)] + [json.dumps({"big": 9 * 10**37}) for _ in range(6)]
-    run(spark, archive, tmp_path, case_of({HOUR: values}, [total]))
+    values = {
+        HOUR: [json.dumps({"n": 2**62}) for _ in range(3)],
+        LATER: [json.dumps({"big": 9 * 10**37}) for _ in range(6)],
+        LAST: [json.dumps({"n": 2**62, "big": 9 * 10**37})],
+    }
+    result = run(spark, archive, tmp_path, case_of(values, [total]))
+    assert result.failed_hours == 2 and result.items == 1
+    assert set(result.reasons) == {HOUR, LATER}
+    assert "tidemark: sum overflow: sum(`n`) is beyond int64" in result.reasons[HOUR]
+    # a decimal sum's overflow: Spark's own error where its merge of partial sums sees it first
+    decimal = (
+        "tidemark: sum overflow: sum(`big`) is beyond 38 digits",
+        "[ARITHMETIC_OVERFLOW] Overflow in sum of decimals",
+    )
+    assert any(reason in result.reasons[LATER] for reason in decimal), result.reasons[LATER]
 
 
-@pytest.mark.xfail(strict=True, reason="known bug: an aggregation one hour's types cannot resolve fails every run")
-def test_known_bug_an_aggregation_one_hours_types_cannot_resolve_fails_that_hour_only(spark, archive, tmp_path):
+def test_an_aggregation_one_hours_types_cannot_resolve_fails_that_hour_only(spark, archive, tmp_path):
     """``amount`` is a number in hour 08 and only ever a boolean in hour 09, and ``meta`` is only
     ever text in hour 10: ``sum(amount)`` and ``meta.region`` cannot be resolved over those
-    hours' types. Hours 09 and 10 must fail alone (reported, left dirty); hour 08 is written.
-    Now the AnalysisException fails the whole run -- and, the hours staying dirty, every later
-    run (issue 30: "one bad record never fails more than its hour, and never a later run")."""
+    hours' types. Failing first: the AnalysisException failed the whole run -- and, the hours
+    staying dirty, every later run. Now hours 09 and 10 fail alone, each reason naming the
+    metric or group column; hour 08 is written, and a second run again fails only them."""
     spec = Spec("amounts", ("meta.region",), {"amount": Metric("sum", ("amount",))})
     values = {
         HOUR: ['{"amount":1,"meta":{"region":"eu"}}', '{"amount":2.5}'],
         LATER: ['{"amount":true,"meta":{"region":"eu"}}'],
         LAST: ['{"amount":3,"meta":"n/a"}'],
     }
-    run(spark, archive, tmp_path, case_of(values, [spec]))
+    result = run(spark, archive, tmp_path, case_of(values, [spec]))
+    assert result.failed_hours == 2 and result.items == 2  # hour 08: regions "eu" and null
+    assert "aggregation 'amounts', metric amount = sum(`amount`)" in result.reasons[LATER]
+    assert "BOOLEAN" in result.reasons[LATER]
+    assert "aggregation 'amounts', group_by meta.region" in result.reasons[LAST]
 
 
-@pytest.mark.xfail(strict=True, reason="known bug: an aggregation naming a field no record of the run has fails")
-def test_known_bug_a_field_no_record_of_the_run_has_is_null(spark, archive, tmp_path):
-    """An aggregation names ``refund``, a field that only some hours' records have (a rare
-    event): a run whose hours have none -- late data for one of them, say -- fails whole
-    (``UNRESOLVED_COLUMN``), and every later run with it while that hour stays dirty. The
-    field is null in those hours, as it is in an hour of a run where other hours have it."""
-    spec = Spec("refunds", (), {"records": Metric("count_all"), "refunds": Metric("sum", ("refund",))})
-    run(spark, archive, tmp_path, case_of({HOUR: ['{"amount":1}']}, [spec]))
+def test_a_field_no_record_of_the_run_has_is_null(spark, archive, tmp_path):
+    """An aggregation names ``refund``, a field only some hours' records have (a rare event),
+    and ``meta.refund`` where ``meta`` is an object without it: a run whose hours have none
+    -- late data for one of them, say -- is one where no record has them. Failing first: the
+    run failed whole (``UNRESOLVED_COLUMN``), and every later run while that hour stayed dirty.
+    Now they are null there, as in an hour of a run where other hours have them, and the run
+    names them (``RunReport.absent``)."""
+    spec = Spec(
+        "refunds",
+        (),
+        {
+            "records": Metric("count_all"),
+            "refunds": Metric("sum", ("refund",)),
+            "meta_refunds": Metric("max", ("meta", "refund")),
+        },
+    )
+    result = run(spark, archive, tmp_path, case_of({HOUR: ['{"amount":1,"meta":{"region":"eu"}}']}, [spec]))
+    assert result.items == 1
+    assert {name: sorted(paths) for name, paths in result.absent.items()} == {"refunds": ["meta.refund", "refund"]}

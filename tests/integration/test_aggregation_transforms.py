@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pyspark.sql import Row
 
-from jobs.aggregation.transforms import aggregate, dedupe, duplicate_count
+from jobs.aggregation.transforms import AggregationError, aggregate, dedupe, duplicate_count
 from tidemark.config.model import AggregationConfig
 
 H7, H8 = "2026-11-21T07", "2026-11-21T08"
@@ -67,7 +70,7 @@ def test_aggregate_computes_the_configured_metrics_per_hour_and_group(spark):
         },
     )
 
-    result = aggregate(df, config)
+    result = aggregate(df, config).frame
 
     assert result.columns == ["hour", "product_id", "order_count", "revenue", "distinct_customers"]
     assert sorted(result.collect()) == sorted(
@@ -81,5 +84,80 @@ def test_aggregate_computes_the_configured_metrics_per_hour_and_group(spark):
 
 def test_aggregate_without_group_by_is_one_row_per_hour(spark):
     df = records(spark, [(H8, 0, 1, order("a", 2.0, 1, "c1")), (H8, 0, 2, order("b", 3.0, 1, "c2"))])
-    result = aggregate(df, AggregationConfig(name="totals", metrics={"revenue": "sum(price)"}))
+    result = aggregate(df, AggregationConfig(name="totals", metrics={"revenue": "sum(price)"})).frame
     assert result.collect() == [Row(hour=H8, revenue=5.0)]
+
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+GUARDED = AggregationConfig(
+    name="sums",
+    metrics={
+        "total": "sum(quantity)",
+        "distinct_total": "sum(DISTINCT quantity)",
+        "positive": "sum(quantity) FILTER (WHERE quantity > 0)",
+        "exact": "sum(cast(quantity as decimal(38,0)))",
+    },
+)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    st.lists(
+        st.one_of(
+            st.integers(INT64_MIN, INT64_MAX),
+            st.integers(2**61, INT64_MAX),
+            st.integers(INT64_MIN, -(2**61)),
+            st.integers(-100, 100),
+            st.none(),
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_integer_sums_are_exact_or_raise_never_wrap(spark, quantities):
+    """Generated long values, summed four ways, against Python's exact sums: each guarded sum
+    equals the exact one when it fits int64, and the query raises (``tidemark: sum overflow``)
+    when any does not -- never Spark's wrapped figure. ``sum(cast(... as decimal(38,0)))``, the
+    error's advice, is exact either way."""
+    df = records(spark, [(H8, 0, index, order("a", 1.0, quantity, "c")) for index, quantity in enumerate(quantities)])
+    present = [quantity for quantity in quantities if quantity is not None]
+    exact = {
+        "total": sum(present) if present else None,
+        "distinct_total": sum(set(present)) if present else None,
+        "positive": sum(q for q in present if q > 0) if any(q > 0 for q in present) else None,
+    }
+    fits = all(value is None or INT64_MIN <= value <= INT64_MAX for value in exact.values())
+    frame = aggregate(df, GUARDED).frame
+    if not fits:
+        with pytest.raises(Exception, match="tidemark: sum overflow"):
+            frame.collect()
+        return
+    (row,) = frame.collect()
+    assert {name: row[name] for name in exact} == exact
+    assert row["exact"] == (sum(present) if present else None)
+    assert dict(frame.dtypes)["total"] == "bigint"  # the figure's type is sum()'s own
+
+
+def test_a_field_no_record_has_is_null_and_reported(spark):
+    """``refund`` and ``reason`` are in no record: the first UNRESOLVED_COLUMN adds ``reason``
+    as a struct of ``code``, then ``reason.at`` is FIELD_NOT_FOUND in it and is added too."""
+    df = records(spark, [(H8, 0, 1, order("a", 2.5, 2, "c1"))])
+    config = AggregationConfig(
+        name="refunds",
+        group_by=["reason.code"],
+        metrics={"refunds": "sum(refund)", "n": "count(*)", "latest": "max(reason.at)"},
+    )
+    result = aggregate(df, config)
+    assert sorted(result.absent) == ["reason.at", "reason.code", "refund"]
+    assert [row.asDict() for row in result.frame.collect()] == [
+        {"hour": H8, "reason.code": None, "refunds": None, "n": 1, "latest": None}
+    ]
+
+
+def test_an_aggregation_the_types_cannot_support_names_its_metric(spark):
+    df = records(spark, [(H8, 0, 1, order("a", 2.5, 2, "c1"))])
+    config = AggregationConfig(name="odd", metrics={"n": "count(*)", "bad": "sum(product_id.x)"})
+    with pytest.raises(
+        AggregationError, match=r"aggregation 'odd', metric bad = sum\(product_id.x\): \[INVALID_EXTRACT"
+    ):
+        aggregate(df, config)

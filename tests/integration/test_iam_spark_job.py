@@ -22,13 +22,22 @@ table and the CDK assets bucket:
   ``fetch_objects`` is also run in the test process over the same objects with the role's
   client, which records each ``GetObject``.
 
+* **What the run reports outside the ledger**: the driver puts the run's figures
+  (``jobs.aggregation.metrics.publish``) with a CloudWatch client holding the role's credentials.
+  The role may ``cloudwatch:PutMetricData`` on "*" only where ``cloudwatch:namespace`` is
+  ``Tidemark``; the server evaluates that condition with the request's namespace
+  (``tidemark.embedded.moto_server``: moto alone would ask for ``monitoring:PutMetricData`` and
+  ignore the namespace), so the same call in another namespace is denied here as in AWS.
+
 What cannot run here: the deployed job passes ``--archive-root s3://<bucket>`` (``spark_readers``),
 so on EMR Spark's own readers read Parquet, JSON Lines and CSV through EMRFS; there is no EMRFS
 (nor Hadoop S3 connector) here. Its grants are the same ``s3:GetObject`` on the streams' raw
 prefixes this test exercises with boto3, plus ``s3:ListBucket`` conditioned on those prefixes,
 which the unused-grant report explains by EMRFS and ``tests/unit/test_stack_wiring.py`` asserts on
 the template. EMR Serverless itself fetches the entry point and ``--py-files`` as the role, and S3
-uses the archive key on the role's behalf (``kms:Decrypt``): those grants are explained, not used.
+uses the archive key on the role's behalf (``kms:Decrypt``), and EMR Serverless ships the
+driver's stdout and stderr to the job log group as the role (the ``logs:`` grants, for the log
+group the state machine's ``MonitoringConfiguration`` names): those grants are explained, not used.
 
 A grant the job needs and the template lacks fails here as AccessDenied would fail the job run;
 ``test_a_grant_the_job_lacks_denies_its_step`` shows each step failing without its grant.
@@ -49,7 +58,7 @@ from aws_cdk import Stage
 from botocore.exceptions import ClientError
 
 from jobs.aggregate import ENV_AGGREGATES_TABLE, load_job_config
-from jobs.aggregation import reader
+from jobs.aggregation import metrics, reader
 from jobs.aggregation.job import RunReport, run_aggregation
 from jobs.aggregation.reader import ObjectStore, fetch_objects, value_schema
 from jobs.aggregation.sink import AggregateSink, aggregates_table_schema
@@ -63,6 +72,7 @@ from tests.support.iam import (
     IamArchive,
     IamServer,
     RoleSession,
+    Step,
     TemplateGrants,
     Use,
     allowed_reason,
@@ -94,12 +104,28 @@ class JobDeployment:
     machine: str
     config_key: str  # the configuration asset's key in the CDK assets bucket
     config_asset: bytes  # the file the deployment publishes there
+    log_group: str  # the job log group's logical id
 
     def grants(self, archive: IamArchive, aggregates_table: str) -> TemplateGrants:
         arn = f"arn:{PARTITION}:dynamodb:{REGION}:{ACCOUNT}:table/{aggregates_table}"
+        # The log group's name is the template's (a fixed name); its Arn attribute ends in ":*".
+        log_group = self.template["Resources"][self.log_group]["Properties"]["LogGroupName"]
         return TemplateGrants(
-            self.template, archive.physical(self.bucket, self.ledger, extra={self.aggregates: (aggregates_table, arn)})
+            self.template,
+            archive.physical(
+                self.bucket,
+                self.ledger,
+                extra={
+                    self.aggregates: (aggregates_table, arn),
+                    self.log_group: (log_group, log_group_arn(log_group)),
+                },
+            ),
         )
+
+
+def log_group_arn(name: str) -> str:
+    """A log group's ARN as CloudFormation's ``Arn`` attribute gives it (its log streams: ``:*``)."""
+    return f"arn:{PARTITION}:logs:{REGION}:{ACCOUNT}:log-group:{name}:*"
 
 
 @dataclass(frozen=True)
@@ -110,6 +136,7 @@ class JobRun:
     entry_point: str  # s3:// of jobs/aggregate.py
     py_files: str  # s3:// of the code archive
     environment: dict[str, str]  # the executors' (and driver's) settings
+    log_group: str | None  # where EMR Serverless ships the driver's stdout and stderr
 
     def argument(self, name: str) -> str | None:
         return self.arguments[self.arguments.index(name) + 1] if name in self.arguments else None
@@ -133,7 +160,10 @@ class JobRun:
             if name.startswith(EXECUTOR_ENV)
         }
         py_files = submit["SparkSubmitParameters"].removeprefix("--py-files ")
-        return cls(arguments, submit["EntryPoint"], py_files, environment)
+        logging = parameters["ConfigurationOverrides"].get("MonitoringConfiguration", {})
+        cloudwatch = logging.get("CloudWatchLoggingConfiguration", {})
+        log_group = cloudwatch.get("LogGroupName") if cloudwatch.get("Enabled") else None
+        return cls(arguments, submit["EntryPoint"], py_files, environment, log_group)
 
 
 def s3_arn(url: str) -> str:
@@ -159,6 +189,7 @@ def deployment() -> JobDeployment:
         logical_id(pipeline.state_machine),
         pipeline.config_asset.s3_object_key,
         staged.read_bytes(),
+        logical_id(pipeline.log_group),
     )
 
 
@@ -224,6 +255,7 @@ class Aggregated:
     workload: Workload
     report: RunReport
     executor_rows: int  # records fetch_objects read in this process, under the role
+    published: Step  # metrics.publish of the run's summary, under the role
 
 
 def archive_workload(archive: IamArchive, config: TidemarkConfig) -> Workload:
@@ -302,7 +334,9 @@ def aggregated(
             lambda: run_aggregation(spark, stream, ledger=ledger, bucket=env[ENV_BUCKET], sink=sink, tasks=2),
         )
         rows = read_in_process(f"s3://{env[ENV_BUCKET]}", committed_raw(archive), stream.source.shape.kind)
-    return Aggregated(deployment, archive, aggregates_table, run, statements, role, workload, report, rows)
+    # what main does after the run: the figures to CloudWatch (a denial fails its own test)
+    published = Step.run(lambda: metrics.publish(report.summary(), cloudwatch=role.client("cloudwatch")))
+    return Aggregated(deployment, archive, aggregates_table, run, statements, role, workload, report, rows, published)
 
 
 def test_the_job_aggregates_the_archive_under_its_role(aggregated: Aggregated) -> None:
@@ -334,6 +368,45 @@ def test_the_job_used_only_its_own_streams_objects_and_its_tables(aggregated: Ag
     objects = {resource for action, resource in actions if action == "s3:GetObject" and resource != config}
     assert objects == {s3_arn(f"{archive.bucket}/{key}") for key in aggregated.report.objects}
     assert all("/raw/orders/" in resource for resource in objects)  # never a dead letter (errors/)
+
+
+def test_the_job_puts_its_figures_in_the_tidemark_namespace_under_its_role(aggregated: Aggregated) -> None:
+    """The run's three figures, dimensioned by service and stream, reach CloudWatch under the
+    role (the stack's AggregationHoursFailed alarm watches the first)."""
+    aggregated.published.ok()
+    assert Use("cloudwatch:PutMetricData", "*") in aggregated.role.uses
+    cloudwatch = aggregated.archive.server.admin_client("cloudwatch")
+    put = {
+        metric["MetricName"]: metric["Dimensions"]
+        for metric in cloudwatch.list_metrics(Namespace="Tidemark")["Metrics"]
+        if {"Name": "service", "Value": "tidemark-aggregation"} in metric["Dimensions"]
+    }
+    dimensions = [{"Name": "service", "Value": "tidemark-aggregation"}, {"Name": "stream", "Value": STREAM}]
+    assert put == dict.fromkeys(
+        ["AggregationHoursFailed", "AggregationHoursAggregated", "AggregationItemsWritten"], dimensions
+    )
+
+
+def test_the_job_may_put_metrics_in_no_other_namespace(aggregated: Aggregated) -> None:
+    """The same figures in another namespace are denied: the statement's condition on
+    ``cloudwatch:namespace`` is evaluated with the request's namespace (see the module's docstring),
+    so this fails if the template's PutMetricData grant loses its condition."""
+    (statement,) = [s for s in aggregated.statements if "cloudwatch:PutMetricData" in json.dumps(s["Action"])]
+    assert statement["Condition"] == {"StringEquals": {"cloudwatch:namespace": "Tidemark"}}
+    cloudwatch = aggregated.role.client("cloudwatch")
+    with pytest.raises(ClientError) as denied:
+        cloudwatch.put_metric_data(Namespace="Elsewhere", MetricData=metrics.metric_data(aggregated.report.summary()))
+    assert denied.value.response["Error"]["Code"] == "AccessDenied"
+    assert denied.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403
+    # and without the condition the same call is allowed: the denial above is the condition's doing
+    unconditioned = [
+        {key: value for key, value in s.items() if key != "Condition"} if s is statement else s
+        for s in aggregated.statements
+    ]
+    role = aggregated.archive.server.assume("job-any-namespace", unconditioned)
+    role.client("cloudwatch").put_metric_data(
+        Namespace="Elsewhere", MetricData=metrics.metric_data(aggregated.report.summary())
+    )
 
 
 def without(statements: list[dict[str, Any]], resource: str) -> list[dict[str, Any]]:
@@ -388,6 +461,13 @@ def job_reasons(aggregated: Aggregated) -> dict[Use, str]:
         reasons[Use("s3:ListBucket", f"arn:{PARTITION}:s3:::{bucket}")] = (
             "EMRFS (--archive-root, Spark's own readers) lists an object's folder; cannot run here"
         )
+    if run.log_group is not None:
+        # EMR Serverless ships the driver's stdout and stderr to the log group the state machine's
+        # MonitoringConfiguration names, as the job's role; nothing here can run EMR Serverless
+        shipping = "EMR Serverless writes the driver's logs to the job log group as the job's role; cannot run here"
+        reasons[Use("logs:DescribeLogGroups", f"arn:{PARTITION}:logs:{REGION}:{ACCOUNT}:*")] = shipping
+        for action in ("logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"):
+            reasons[Use(action, log_group_arn(run.log_group))] = shipping
     return reasons
 
 

@@ -1,7 +1,8 @@
 """IAM on the moto server that ``tidemark.embedded.moto_server`` launches, once enforced: DynamoDB
 authorizes on table and index ARNs, transactions item by item and batches table by table, and
 denies with DynamoDB's AccessDeniedException; S3 answers a missing key 403 unless the caller may
-list the bucket (a ListBucket grant conditioned on s3:prefix does not count). With IAM not
+list the bucket (a ListBucket grant conditioned on s3:prefix does not count); CloudWatch
+authorizes ``cloudwatch:<Operation>`` and PutMetricData's ``cloudwatch:namespace``. With IAM not
 enforced (the default) nothing changes.
 
 Enforcement is server-wide, so this module starts a server of its own. Each test sets up as the
@@ -465,5 +466,71 @@ def test_describe_stacks_is_authorized_on_the_stacks_arn(server: Server) -> None
             with pytest.raises(ClientError) as caught:
                 role.describe_stacks(**denied)
             assert caught.value.response["Error"]["Code"] == "AccessDenied", denied
+    finally:
+        server.enforce(False)
+
+
+# -- CloudWatch: the cloudwatch: prefix and the namespace condition ------------------------------
+
+METRIC = [{"MetricName": "AggregationHoursFailed", "Value": 1.0, "Unit": "Count"}]
+IN_TIDEMARK = {"StringEquals": {"cloudwatch:namespace": "Tidemark"}}
+
+
+def cloudwatch_as_role(server: Server, statements: list[Statement]) -> Any:
+    """A CloudWatch client acting as a role allowed ``statements``; enforcement on (the caller
+    turns it off)."""
+    server.enforce(False)
+    credentials = server.assume_role(statements)["Credentials"]
+    server.enforce(True)
+    return server.client("cloudwatch", credentials)
+
+
+def cloudwatch_denied(call: Callable[[], Any]) -> None:
+    """Refused as AWS refuses it: AccessDenied, HTTP 403, naming the cloudwatch: action."""
+    with pytest.raises(ClientError) as caught:
+        call()
+    error, status = caught.value.response["Error"], caught.value.response["ResponseMetadata"]["HTTPStatusCode"]
+    assert (error["Code"], status) == ("AccessDenied", 403), caught.value.response
+    assert "cloudwatch:PutMetricData" in error["Message"]
+
+
+def namespaces(server: Server) -> set[str]:
+    server.enforce(False)
+    return {metric["Namespace"] for metric in server.client("cloudwatch").list_metrics()["Metrics"]}
+
+
+def test_put_metric_data_is_authorized_as_cloudwatch_in_its_namespace(server: Server) -> None:
+    """What the aggregation job's role holds: PutMetricData on "*", only in the Tidemark namespace.
+    moto asked for monitoring:PutMetricData (CloudWatch's signing name), so the grant allowed
+    nothing; and it evaluated the condition without the request's namespace, so it would have
+    allowed every namespace."""
+    try:
+        cloudwatch = cloudwatch_as_role(server, [allow("cloudwatch:PutMetricData", "*", **IN_TIDEMARK)])
+        cloudwatch.put_metric_data(Namespace="Tidemark", MetricData=METRIC)
+        cloudwatch_denied(lambda: cloudwatch.put_metric_data(Namespace="Elsewhere", MetricData=METRIC))
+        assert "Tidemark" in namespaces(server) and "Elsewhere" not in namespaces(server)
+    finally:
+        server.enforce(False)
+
+
+def test_cloudwatch_needs_the_action_and_a_deny_on_the_namespace_applies_to_it_only(server: Server) -> None:
+    try:
+        nothing = cloudwatch_as_role(server, [allow("cloudwatch:ListMetrics", "*")])
+        cloudwatch_denied(lambda: nothing.put_metric_data(Namespace="Tidemark", MetricData=METRIC))
+        nothing.list_metrics()  # the operation's own action, cloudwatch:ListMetrics
+        anywhere_but = cloudwatch_as_role(
+            server,
+            [
+                allow("cloudwatch:PutMetricData", "*"),
+                {
+                    "Effect": "Deny",
+                    "Action": "cloudwatch:PutMetricData",
+                    "Resource": "*",
+                    "Condition": {"StringEquals": {"cloudwatch:namespace": "Reserved"}},
+                },
+            ],
+        )
+        anywhere_but.put_metric_data(Namespace="Other", MetricData=METRIC)  # the Deny does not apply
+        cloudwatch_denied(lambda: anywhere_but.put_metric_data(Namespace="Reserved", MetricData=METRIC))
     finally:
         server.enforce(False)

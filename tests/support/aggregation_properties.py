@@ -63,9 +63,11 @@ record of the run has is null; then groups and metrics as Spark computes them ov
 sink stores them (numbers DynamoDB cannot hold as text, a group JSON beyond 1,024 bytes keyed
 by its SHA-256).
 
-``KNOWN_BUGS`` names regions of the value space where the job is known to be wrong (each has a
-failing test of its own in ``tests/integration/test_aggregation_properties.py``); ``make_case``
-stays out of them unless told (``known_bugs=True``: the bench's ``--known-bugs``).
+Some hours must fail, alone: an aggregation their types cannot support (``sum`` of a field that
+is only booleans or objects there, ``meta.region`` where ``meta`` is text), or an integer sum
+beyond int64 (a ``long`` field) or 38 digits (a ``decimal(38,0)`` one), which the job refuses to
+store wrapped or null (``jobs.aggregation.exact_sums``). The reference names them; every other
+hour of the run must be aggregated, and the failed ones left dirty.
 """
 
 from __future__ import annotations
@@ -113,17 +115,6 @@ ENVELOPE = ("hour", "epoch", "partition", "offset", "event_time")
 FLOAT_SUM_TOLERANCE = 1e-12
 #: Spark session time zones a case runs under (nothing the job stores may depend on it)
 ZONES = ("UTC", "America/New_York", "Asia/Kolkata")
-
-#: Regions where the job is known to store something else than the reference (or to fail the
-#: run): ``make_case`` keeps out of them unless ``known_bugs``. Each has its own failing test.
-KNOWN_BUGS: dict[str, str] = {
-    "sum-overflow": "sum() of a long field beyond int64 wraps around, of decimal(38,0) beyond 38 digits is null",
-    "unresolvable": (
-        "an aggregation Spark cannot resolve over one hour's types (sum of booleans or objects, a field of"
-        " a field that is text there) fails the whole run, and every later run"
-    ),
-    "absent-field": "an aggregation naming a field no record of the run has fails the whole run",
-}
 
 
 # -- JSON values with their number tokens ----------------------------------------------------------
@@ -262,7 +253,8 @@ NUMBER_REGIMES: dict[str, Callable[[random.Random], Token]] = {
         rng.choice(("1.50", "2.500", "1E5", "1e-7", "0.1", "100.0", "1000.0", "1e22", "-0.0"))
     ),
 }
-#: summed fields: no integer sum beyond int64 or 38 digits (see KNOWN_BUGS), floats up to 1e300
+#: summed fields: integers near int64's end (sums beyond it fail their hour), booleans and objects
+#: (an hour of only those cannot sum them: it fails), floats up to 1e300, text
 AMOUNT_REGIMES: dict[str, Callable[[random.Random], Any]] = {
     "int": lambda rng: int_token(rng.randint(-(10**6), 10**6)),
     "2^53": lambda rng: int_token(_sign(rng) * (2**53 + rng.randint(-2, 3))),
@@ -272,9 +264,6 @@ AMOUNT_REGIMES: dict[str, Callable[[random.Random], Any]] = {
     "huge": lambda rng: FloatToken(f"{rng.randint(1, 9)}.{rng.randint(0, 99)}e{rng.randint(39, 250)}"),
     "tokens": NUMBER_REGIMES["tokens"],
     "string": lambda rng: rng.choice(("n/a", "—", "", "x1")),
-}
-#: KNOWN_BUGS "sum-overflow" and "unresolvable": integer sums beyond int64, booleans and objects
-KNOWN_BUG_AMOUNTS: dict[str, Callable[[random.Random], Any]] = {
     "int64-edge": lambda rng: int_token(2**62 + rng.randint(0, 2**61)),
     "bool": lambda rng: rng.random() < 0.5,
     "object": lambda rng: {"value": int_token(rng.randint(0, 9))},
@@ -345,7 +334,7 @@ class _Draw:
     shadowing: list[str]
     plain: set[str]  # hours whose fields each hold one kind (Spark's readers may read them)
     nulls: float  # how often a present field is null
-    meta_strings: bool  # KNOWN_BUGS "unresolvable": meta is sometimes a string
+    meta_strings: bool  # meta is sometimes a string (``meta.region`` fails such an hour)
 
     def pick(self, name: str, hour: str, partition: int) -> Any:
         table = self.tables[name]
@@ -407,9 +396,8 @@ class _Draw:
 SHADOWING_VALUES: dict[str, Any] = {"hour": "2030-01-01T00", "offset": int_token(3_600), "partition": "p-9"}
 
 
-def make_case(seed: int, *, records: int = 120, known_bugs: bool = False) -> Case:
-    """The workload of ``seed``: about ``records`` records (see the module's docstring);
-    ``known_bugs`` also draws from the regions of :data:`KNOWN_BUGS`."""
+def make_case(seed: int, *, records: int = 120) -> Case:
+    """The workload of ``seed``: about ``records`` records (see the module's docstring)."""
     rng = random.Random(seed)
     partitions = rng.choice((2, 3))
     hours_count = rng.choice((2, 3, 4))
@@ -417,8 +405,6 @@ def make_case(seed: int, *, records: int = 120, known_bugs: bool = False) -> Cas
     shadowing = sorted(rng.sample(SHADOWING, rng.choice((0, 1, 2))))
     plain = {hour for hour in hours if rng.random() < 0.4}
     tables = {"n": NUMBER_REGIMES, "amount": AMOUNT_REGIMES, "code": CODE_REGIMES, "score": SCORE_REGIMES}
-    if known_bugs:
-        tables["amount"] = {**AMOUNT_REGIMES, **KNOWN_BUG_AMOUNTS}
     draw = _Draw(
         rng,
         {name: _regimes(rng, list(table), hours, partitions, plain) for name, table in tables.items()},
@@ -426,13 +412,13 @@ def make_case(seed: int, *, records: int = 120, known_bugs: bool = False) -> Cas
         shadowing,
         plain,
         nulls=rng.choice((0.0, 0.03, 0.1)),
-        meta_strings=known_bugs and rng.random() < 0.5,
+        meta_strings=rng.random() < 0.3,
     )
     case = Case(
         seed=seed,
         format=rng.choice(sorted(FORMATS)),
         records=[],
-        specs=specs(shadowing, absent_field=known_bugs and rng.random() < 0.3),
+        specs=specs(shadowing, absent_field=rng.random() < 0.3),
         zone=rng.choice(ZONES),
         max_records=rng.choice((4, 7, 12)),
         refused=refused_aggregation(shadowing),
@@ -585,7 +571,7 @@ ENVELOPE_METRICS: dict[str, Metric] = {
 }
 #: value fields whose names differ from envelope columns only in case: named exactly, never refused
 TWIN_METRICS = {"twin_hours": Metric("count", ("Hour",)), "twin_offsets": Metric("sum", ("Offset",))}
-ABSENT = "refund"  # a field no record has (KNOWN_BUGS "absent-field")
+ABSENT = "refund"  # a field no record has: null in every hour
 
 
 def specs(shadowing: Sequence[str], *, absent_field: bool = False) -> list[Spec]:
@@ -940,6 +926,8 @@ def reference_items(case: Case) -> Expected:
                     name: compute(metric, group_rows, metric_kinds[name] or None)
                     for name, metric in spec.metrics.items()
                 }
+                if any(_overflows(figures[name], metric_kinds[name]) for name in figures):
+                    failed.add(hour)
                 data = text.encode()
                 sk = text if len(data) <= MAX_SORT_KEY_BYTES else "sha256:" + hashlib.sha256(data).hexdigest()
                 item = {
@@ -951,12 +939,24 @@ def reference_items(case: Case) -> Expected:
                     "hour": hour,
                     "group": {name: stored(value) for name, value in values[text].items()},
                     "metrics": {name: stored(figure.value) for name, figure in figures.items()},
+                    "utc_offsets": ["+00:00"],  # the stream's event-time zone is UTC
                 }
                 sums = {name: f.magnitude for name, f in figures.items() if f.magnitude is not None}
                 items[(spec.name, hour, sk)] = (item, sums)
     items = {key: value for key, value in items.items() if key[1] not in failed}
     records = sum(len(hour_rows) for hour, hour_rows in rows.items() if hour not in failed)
     return Expected(items, failed, names, records)
+
+
+def _overflows(figure: Figure, kind: Kind | bool | None) -> bool:
+    """An integer sum the job must refuse (its hour fails): beyond int64 for a ``long`` field
+    (Spark's sum would wrap), beyond 38 digits for a ``decimal(38,0)`` one (it would be null)."""
+    value = figure.value
+    if not isinstance(kind, Kind) or isinstance(value, bool) or not isinstance(value, int | Decimal):
+        return False
+    if kind.name == "long":
+        return not INT64[0] <= value < INT64[1]
+    return kind.name == "decimal" and abs(value) >= Decimal(10) ** 38
 
 
 def _group_value(value: Any) -> Any:
@@ -993,6 +993,10 @@ class CaseResult:
     hashed_keys: int = 0  # items keyed by a digest (a group JSON beyond 1,024 bytes)
     native_objects: int = 0  # objects Spark's own readers read in the native run
     refusals: int = 0  # runs refused for an aggregation naming a shadowed value field
+    failed_hours: int = 0  # hours the reference says must fail alone (each run must report them)
+    absent_fields: int = 0  # runs that read a field no record has as null (and reported it)
+    reasons: dict[str, str] = field(default_factory=dict)  # the Arrow run's failed hours and why
+    absent: dict[str, list[str]] = field(default_factory=dict)  # the Arrow run's fields read as null
     seconds: float = 0.0
     problems: list[str] = field(default_factory=list)
 
@@ -1106,6 +1110,7 @@ def run_case(spark: Any, archive: Any, case: Case, workdir: Path) -> CaseResult:
     result.items = len(expected.items)
     result.float_sums = sum(len(sums) for _item, sums in expected.items.values())
     result.hashed_keys = sum(1 for _agg, _hour, sk in expected.items if sk.startswith("sha256:"))
+    result.failed_hours = len(expected.failed_hours)
     runtime = archive_case(archive, case)
     stream = runtime.config.streams[0]
     ledger = runtime.ledger
@@ -1169,6 +1174,14 @@ def run_case(spark: Any, archive: Any, case: Case, workdir: Path) -> CaseResult:
                 continue
             if native:
                 result.native_objects = sum(count for reader, count in report.readers.items() if reader != "arrow")
+            if not native:
+                result.reasons, result.absent = dict(report.failed), dict(report.absent)
+            generated = "envelope" in {spec.name for spec in case.specs}
+            absent = any(ABSENT in metric.path for spec in case.specs for metric in spec.metrics.values())
+            if generated and absent and set(hours) - expected.failed_hours:
+                if ABSENT not in report.absent.get("envelope", []):
+                    result.problems.append(f"{label}: fields read as null {report.absent}, wanted {ABSENT!r}")
+                result.absent_fields += 1
             if sorted(report.failed) != sorted(expected.failed_hours):
                 result.problems.append(f"{label}: failed hours {report.failed}, wanted {sorted(expected.failed_hours)}")
             if sorted(report.cleared) != sorted(set(hours) - expected.failed_hours):

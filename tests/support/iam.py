@@ -11,7 +11,8 @@ closes that gap for the archive's own functions:
    session's server. Setup runs before the switch; afterwards an admin user (``Allow * *``) sets
    up and checks, and each role is assumed with STS (:class:`IamServer`). The server is
    ``tidemark.embedded.moto_server``, whose patches make moto authorize like AWS where our code
-   depends on it (table ARNs, transactions per item, 403 for a missing key without ListBucket).
+   depends on it (table ARNs, transactions per item, 403 for a missing key without ListBucket,
+   CloudWatch's ``cloudwatch:`` actions and PutMetricData's ``cloudwatch:namespace``).
 3. **What each role used.** Every client made for a role records its calls, translated to the IAM
    actions AWS authorizes (:func:`iam_actions`); a test compares them with the role's grants, so a
    grant no code path uses is reported against :data:`ALLOWED_UNUSED` and its reasons.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -62,9 +63,13 @@ def test_an_archive_root_spark_and_boto3_cannot_both_read_is_refused(
     assert "--archive-root" in capsys.readouterr().err
 
 
-def test_the_archive_root_reaches_the_run(monkeypatch: pytest.MonkeyPatch, example_config: Any) -> None:
+def test_the_archive_root_reaches_the_run(
+    monkeypatch: pytest.MonkeyPatch, example_config: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     """``--archive-root s3://<bucket>`` (what the deployed schedule passes) is handed to the run,
-    which then reads Parquet, JSON Lines and CSV with Spark's readers from there."""
+    which then reads Parquet, JSON Lines and CSV with Spark's readers from there. After the run
+    the driver prints its summary, a line per failed hour and per aggregation naming absent
+    fields, and puts the run's figures into CloudWatch."""
     import jobs.aggregate as entry
 
     seen: dict[str, Any] = {}
@@ -84,9 +89,23 @@ def test_the_archive_root_reaches_the_run(monkeypatch: pytest.MonkeyPatch, examp
         def getOrCreate(self) -> Session:
             return Session()
 
+    summary = {
+        "run_id": "r-1",
+        "stream": "orders",
+        "failed": {"2026-11-21T09": "aggregation 'a', metric m = sum(flag): [DATATYPE_MISMATCH...]"},
+        "absent": {"a": ["refund"]},
+        "cleared": ["2026-11-21T08"],
+        "still_dirty": [],
+        "items_written": 4,
+    }
+
     class Report:
         def summary(self) -> dict[str, Any]:
-            return {}
+            return summary
+
+    class CloudWatch:
+        def put_metric_data(self, **request: Any) -> None:
+            seen.setdefault("metrics", []).append(request)
 
     def run(_spark: Any, stream: Any, **kwargs: Any) -> Report:
         seen.update(kwargs, stream=stream.name)
@@ -97,10 +116,43 @@ def test_the_archive_root_reaches_the_run(monkeypatch: pytest.MonkeyPatch, examp
     monkeypatch.setattr(entry, "load_job_config", lambda _location: example_config)
     monkeypatch.setattr(entry, "DynamoDBLedger", lambda name: name)
     monkeypatch.setattr(entry, "AggregateSink", lambda name: name)
+    monkeypatch.setattr(entry, "cloudwatch_client", CloudWatch)
     for name, value in (("TIDEMARK_BUCKET", "b"), ("TIDEMARK_LEDGER_TABLE", "l"), (entry.ENV_AGGREGATES_TABLE, "a")):
         monkeypatch.setenv(name, value)
     entry.main(["--stream", "orders", "--archive-root", "s3://archive-bucket"])
     assert seen["archive_root"] == "s3://archive-bucket" and seen["bucket"] == "b" and seen["stopped"]
-    assert seen["conf"] == {"spark.sql.caseSensitive": "true"}  # finding 12: the job's session tells Price from price
+    # finding 12: the job's session tells Price from price; ANSI off, sums guarded instead
+    assert seen["conf"] == {"spark.sql.caseSensitive": "true", "spark.sql.ansi.enabled": "false"}
+    out, err = capsys.readouterr()
+    assert json.loads(out) == summary
+    lines = [json.loads(line) for line in err.splitlines()]
+    assert [(line["level"], line.get("hour"), line.get("fields")) for line in lines] == [
+        ("ERROR", "2026-11-21T09", None),
+        ("WARNING", None, ["refund"]),
+    ]
+    assert lines[0]["reason"] == summary["failed"]["2026-11-21T09"] and lines[0]["run_id"] == "r-1"
+    (request,) = seen["metrics"]
+    assert request["Namespace"] == "Tidemark"
+    figures = {datum["MetricName"]: datum["Value"] for datum in request["MetricData"]}
+    assert figures == {"AggregationHoursFailed": 1.0, "AggregationHoursAggregated": 1.0, "AggregationItemsWritten": 4.0}
     entry.main(["--stream", "orders"])
     assert seen["archive_root"] is None
+
+
+@pytest.mark.parametrize(
+    ("hour", "zone", "offsets"),
+    [
+        ("2026-11-21T08", "UTC", ["+00:00"]),
+        ("2026-11-01T01", "America/New_York", ["-04:00", "-05:00"]),  # clocks go back: two real hours
+        ("2026-11-01T02", "America/New_York", ["-05:00"]),
+        ("2026-03-08T03", "America/New_York", ["-04:00"]),
+        ("2026-11-21T08", "Asia/Kolkata", ["+05:30"]),
+        ("2026-11-21T08", "Asia/Kathmandu", ["+05:45"]),
+        ("2026-04-05T01", "Australia/Lord_Howe", ["+11:00", "+10:30"]),  # a half-hour change
+        ("2026-10-04T02", "Australia/Lord_Howe", ["+11:00"]),  # 02:00-02:29 skipped: only 02:30 on
+    ],
+)
+def test_an_items_utc_offsets_are_those_of_the_real_hours_its_label_stands_for(hour, zone, offsets):
+    from jobs.aggregation.sink import utc_offsets
+
+    assert utc_offsets(hour, zone) == offsets

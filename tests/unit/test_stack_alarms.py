@@ -1,7 +1,9 @@
-"""The per-stream alarms nobody may miss: quarantined flushes, sustained flush errors, position resets.
+"""The per-stream alarms nobody may miss: quarantined flushes, sustained flush errors, position
+resets, and hours an aggregation run could not aggregate.
 
-Each reads Tidemark's EMF counters (namespace ``Tidemark``, dimensions ``service`` and ``stream``),
-fires above 0 and notifies the alarm topic; the dashboard graphs the same series.
+Each reads Tidemark's counters (namespace ``Tidemark``, dimensions ``service`` and ``stream``: the
+functions' EMF metrics, the aggregation job's PutMetricData), fires above 0 and notifies the alarm
+topic; the dashboard graphs the same series.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ from typing import Any
 import pytest
 from aws_cdk.assertions import Capture, Match, Template
 
+from jobs.aggregation import metrics as job_metrics
+from stacks import observability
 from stacks.tidemark_stack import TidemarkStack
 from tests.support.cdk import logical_id, synth_stack, with_changes
-from tests.unit.test_stack_wiring import dashboard_widgets
+from tests.unit.test_stack_wiring import dashboard_widgets, render
 from tidemark.config import TidemarkConfig
 
 ALARM = "AWS::CloudWatch::Alarm"
@@ -307,7 +311,8 @@ def test_every_alarm_is_named_after_the_stack_as_the_runbook_lists_it(
     stack, template = synthesized
     names = sorted(alarm["Properties"]["AlarmName"] for alarm in template.find_resources(ALARM).values())
     listed = [
-        "AggregationFailures", "ArchiverErrors-orders", "DeadLetters-orders", "EfsThroughput", "FlushErrors-orders",
+        "AggregationFailures", "AggregationHoursFailed-orders", "ArchiverErrors-orders", "DeadLetters-orders",
+        "EfsThroughput", "FlushErrors-orders",
         "Freshness-orders", "LagGrowing-orders", "PositionResets-orders", "Quarantines-orders",
         "ReconciliationFindings", "SweeperErrors", "SweeperFailures",
     ]  # fmt: skip
@@ -325,3 +330,119 @@ def test_a_week_long_max_age_is_watched_over_the_seven_days_cloudwatch_allows(ex
     alarm = freshness(template, "orders")
     periods = {m["MetricStat"]["Period"] for m in alarm["Metrics"] if "MetricStat" in m}
     assert periods == {7 * 24 * 3600} and alarm["EvaluationPeriods"] == 1
+
+
+# -- aggregation: hours a run could not aggregate ------------------------------------------------
+
+
+def test_the_stack_watches_the_metric_the_job_puts() -> None:
+    """stacks does not import jobs (DESIGN's layering): the names are written twice, and must agree."""
+    assert observability.NAMESPACE == job_metrics.NAMESPACE == "Tidemark"
+    assert observability.AGGREGATION == job_metrics.SERVICE
+    assert observability.HOURS_FAILED == job_metrics.HOURS_FAILED
+    assert observability.HOURS_AGGREGATED == job_metrics.HOURS_AGGREGATED
+    published = job_metrics.metric_data(
+        {"stream": "orders", "failed": {"2026-11-21T08": "boom"}, "cleared": [], "still_dirty": [], "items_written": 0}
+    )
+    (failed,) = [datum for datum in published if datum["MetricName"] == observability.HOURS_FAILED]
+    assert failed["Dimensions"] == [
+        {"Name": "service", "Value": observability.AGGREGATION},
+        {"Name": "stream", "Value": "orders"},
+    ]
+
+
+def hours_failed_alarms(template: Template) -> dict[str, dict[str, Any]]:
+    """The AggregationHoursFailed alarms, by the stream their dimensions name."""
+    found = {}
+    for alarm in template.find_resources(ALARM).values():
+        properties = alarm["Properties"]
+        if properties.get("MetricName") == "AggregationHoursFailed":
+            dimensions = {d["Name"]: d["Value"] for d in properties["Dimensions"]}
+            found[dimensions["stream"]] = properties
+    return found
+
+
+def test_an_aggregated_stream_alarms_on_any_hour_its_runs_left_dirty(
+    synthesized: tuple[TidemarkStack, Template], topic: dict[str, str]
+) -> None:
+    stack, template = synthesized
+    alarm = hours_failed_alarms(template)["orders"]
+    assert {key: alarm[key] for key in ("Namespace", "Dimensions", "Statistic", "Period")} == {
+        "Namespace": "Tidemark",
+        "Dimensions": [{"Name": "service", "Value": "tidemark-aggregation"}, {"Name": "stream", "Value": "orders"}],
+        "Statistic": "Sum",
+        "Period": 300,
+    }
+    # Sum > 0 of a count: one failed hour fires it; a period without runs (missing data) does not
+    assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (0, "GreaterThanThreshold")
+    assert (alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"], alarm["TreatMissingData"]) == (1, 1, "notBreaching")
+    assert alarm["AlarmActions"] == [topic]
+    assert alarm["AlarmName"] == f"{stack.stack_name}-AggregationHoursFailed-orders"
+    description = alarm["AlarmDescription"]
+    assert isinstance(description, str) and len(description) <= 1024  # CloudWatch's limit
+    assert description.startswith("orders: an aggregation run left hours dirty")
+    for words in (
+        "ERROR log line",
+        "log group /tidemark/Tidemark/aggregation",
+        "log streams tidemark-aggregate/orders/",
+        "RUNS#orders",
+        "every run retries them",
+    ):
+        assert words in description, words
+    assert stack.pipeline.log_group_name == "/tidemark/Tidemark/aggregation"
+
+
+def stream_dashboard(template: Template, stream: str) -> dict[str, dict[str, Any]]:
+    """The widgets of one stream's dashboard, by title."""
+    (dashboard,) = [
+        d["Properties"]
+        for d in template.find_resources("AWS::CloudWatch::Dashboard").values()
+        if render(d["Properties"]["DashboardName"]).endswith(f"-{stream}")
+    ]
+    body: dict[str, Any] = json.loads(render(dashboard["DashboardBody"]))
+    return {widget["properties"]["title"]: widget["properties"] for widget in body["widgets"]}
+
+
+def test_only_streams_with_aggregations_get_the_hours_failed_alarm(example_config: TidemarkConfig) -> None:
+    first = json.loads(example_config.model_dump_json())["streams"][0]
+    payments = {
+        **first,
+        "name": "payments",
+        "source": {**first["source"], "topic": "payments", "consumer_group_id": "archive-payments"},
+    }
+    refunds = {
+        **payments,
+        "name": "refunds",
+        "source": {**first["source"], "topic": "refunds", "consumer_group_id": "archive-refunds"},
+        "aggregations": [],
+    }
+    _, template = synth_stack(with_changes(example_config, streams=[first, payments, refunds]), nag=False)
+    alarms = hours_failed_alarms(template)
+    assert sorted(alarms) == ["orders", "payments"]
+    assert "tidemark-aggregate/payments/" in alarms["payments"]["AlarmDescription"]
+    widgets = {
+        stream: {
+            tuple(row[:6])
+            for row in stream_dashboard(template, stream)["Spark job outcomes"]["metrics"]
+            if row[0] == "Tidemark"
+        }
+        for stream in ("payments", "refunds")
+    }
+    assert widgets["payments"] == {
+        ("Tidemark", "AggregationHoursAggregated", "service", "tidemark-aggregation", "stream", "payments"),
+        ("Tidemark", "AggregationHoursFailed", "service", "tidemark-aggregation", "stream", "payments"),
+    }
+    assert widgets["refunds"] == set()  # nothing aggregates it
+
+    without = [{**stream, "aggregations": []} for stream in (first, payments)]
+    _, template = synth_stack(with_changes(example_config, streams=without), nag=False)
+    assert hours_failed_alarms(template) == {}
+
+
+def test_the_dashboard_graphs_the_jobs_hours_with_its_outcomes(template: Template) -> None:
+    rows = dashboard_widgets(template)["Spark job outcomes"]["metrics"]
+    plotted = {(row[1], row[3], row[5], row[6]["label"]) for row in rows if row[0] == "Tidemark"}
+    assert plotted == {
+        ("AggregationHoursAggregated", "tidemark-aggregation", "orders", "hours aggregated"),
+        ("AggregationHoursFailed", "tidemark-aggregation", "orders", "hours failed (left dirty)"),
+    }

@@ -224,6 +224,11 @@ def test_star_resources_only_where_aws_requires_them(template: Template) -> None
             statement.get("Condition", {})
         ):
             continue
+        # The job's metrics: PutMetricData has no resource type; the condition keeps it to Tidemark's namespace
+        if actions == {"cloudwatch:PutMetricData"} and statement.get("Condition") == {
+            "StringEquals": {"cloudwatch:namespace": "Tidemark"}
+        }:
+            continue
         offenders.append((lid, sorted(actions)))
     assert offenders == []
 
@@ -403,6 +408,71 @@ def test_pipeline_runs_the_job_asset_with_the_tables_in_its_environment(
     assert definition["TimeoutSeconds"] == 3600  # one schedule period: runs never overlap
 
 
+def run_aggregation_task(stack: TidemarkStack, template: Template) -> dict[str, Any]:
+    body = template.find_resources("AWS::StepFunctions::StateMachine")[logical_id(stack.pipeline.state_machine)][
+        "Properties"
+    ]["DefinitionString"]
+    definition = json.loads(render(body))
+    task: dict[str, Any] = definition["States"]["AggregateEachStream"]["ItemProcessor"]["States"]["RunAggregation"]
+    return task
+
+
+def test_job_runs_ship_the_drivers_logs_to_the_job_log_group(stack: TidemarkStack, template: Template) -> None:
+    """The driver's stdout and stderr (no LogTypes: EMR Serverless's default), where the job's
+    ERROR line per failed hour goes, into a log group of the stack's own, per stream's prefix."""
+    (group_id,) = template.find_resources("AWS::Logs::LogGroup", {"Properties": {"LogGroupName": Match.any_value()}})
+    group = template.find_resources("AWS::Logs::LogGroup")[group_id]
+    assert group_id == logical_id(stack.pipeline.log_group)
+    assert group["Properties"] == {"LogGroupName": "/tidemark/Tidemark/aggregation", "RetentionInDays": 30}
+    assert group["DeletionPolicy"] == group["UpdateReplacePolicy"] == "Delete"  # as the functions' log groups
+    logging = run_aggregation_task(stack, template)["Parameters"]["ConfigurationOverrides"]["MonitoringConfiguration"]
+    assert logging == {
+        "CloudWatchLoggingConfiguration": {
+            "Enabled": True,
+            "LogGroupName": "/tidemark/Tidemark/aggregation",
+            "LogStreamNamePrefix.$": "States.Format('tidemark-aggregate/{}', $.stream)",
+        }
+    }
+
+
+def job_role_statements(stack: TidemarkStack, template: Template) -> list[dict[str, Any]]:
+    role = logical_id(stack.pipeline.job_role)
+    return [
+        statement
+        for policy in template.find_resources("AWS::IAM::Policy").values()
+        if {"Ref": role} in policy["Properties"]["Roles"]
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+    ]
+
+
+def test_the_job_role_writes_only_its_log_group_and_puts_only_tidemark_metrics(
+    stack: TidemarkStack, template: Template
+) -> None:
+    """What EMR Serverless's CloudWatch logging needs of the runtime role (DescribeLogGroups in the
+    account, the rest on the group; no CreateLogGroup: the stack makes it), and PutMetricData in
+    the Tidemark namespace only."""
+    reporting = [
+        (sorted(listed(s["Action"])), s["Resource"], s.get("Condition"))
+        for s in job_role_statements(stack, template)
+        if any(action.startswith(("logs:", "cloudwatch:")) for action in listed(s["Action"]))
+    ]
+    group_arn = {"Fn::GetAtt": [logical_id(stack.pipeline.log_group), "Arn"]}  # arn:...:log-group:<name>:*
+    in_the_account = {
+        "Fn::Join": [
+            "",
+            ["arn:", {"Ref": "AWS::Partition"}, ":logs:", {"Ref": "AWS::Region"}, ":", {"Ref": "AWS::AccountId"}, ":*"],
+        ]
+    }
+    assert sorted(reporting, key=str) == sorted(
+        [
+            (["logs:DescribeLogGroups"], in_the_account, None),
+            (["logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"], group_arn, None),
+            (["cloudwatch:PutMetricData"], "*", {"StringEquals": {"cloudwatch:namespace": "Tidemark"}}),
+        ],
+        key=str,
+    )
+
+
 # --- observability -------------------------------------------------------------------------------
 
 DASHBOARD_WIDGETS = [
@@ -452,11 +522,12 @@ def test_alarms_notify_the_topic(stack: TidemarkStack, template: Template) -> No
     topic = logical_id(stack.observability.topic)
     alarms = template.find_resources("AWS::CloudWatch::Alarm")
     described = sorted(alarm["Properties"]["AlarmDescription"].split(":")[0] for alarm in alarms.values())
-    # the stream's 7, reconciliation, sweeper executions and functions, EFS throughput, aggregation
-    assert len(alarms) == 12
+    # the stream's 8, reconciliation, sweeper executions and functions, EFS throughput, aggregation
+    assert len(alarms) == 13
     assert all(alarm["Properties"]["AlarmActions"] == [{"Ref": topic}] for alarm in alarms.values())
-    # lag growth, freshness, archiver errors, dead letters, quarantines, flush errors, position resets
-    assert described.count("orders") == 7
+    # lag growth, freshness, archiver errors, dead letters, quarantines, flush errors, position resets,
+    # aggregation hours failed
+    assert described.count("orders") == 8
     lag = next(a["Properties"] for a in alarms.values() if "offset lag" in a["Properties"]["AlarmDescription"])
     expression = next(m["Expression"] for m in lag["Metrics"] if "Expression" in m)
     assert expression == "IF(lag > 100000 AND DIFF(lag) > 0, 1, 0)"

@@ -48,6 +48,12 @@ AWS does, always; the patches act only while enforcement is on, and change nothi
   Allow conditioned on s3:prefix does not count: HeadObject supplies no prefix.
 - A CloudFormation operation on one stack (DescribeStacks with a StackName, ...) is authorized
   against the stack's ARN (moto used "*", so a statement scoped to a stack never matched).
+- A CloudWatch operation is authorized as ``cloudwatch:<Operation>`` (moto asked for
+  ``monitoring:<Operation>``, after CloudWatch's signing name, which no policy grants), and
+  PutMetricData with its namespace as ``cloudwatch:namespace``: a statement whose StringEquals on
+  that key is false does not apply (moto gave conditions no request values, so an Allow
+  conditioned on one namespace allowed every namespace). A denial is AccessDenied, HTTP 403, in
+  the request's protocol (moto's XML body reached a CBOR client as error code "403").
 """
 
 from __future__ import annotations
@@ -485,6 +491,117 @@ def _authorize_cloudformation_on_stack_arns() -> None:
     setattr(CloudFormationResponse, "_determine_resource", determine_resource)  # noqa: B010
 
 
+def _authorize_cloudwatch_like_aws() -> None:
+    """Authorize CloudWatch requests as the ``cloudwatch`` service, PutMetricData with its namespace.
+
+    moto names the action after the request's credential scope, which for CloudWatch is its
+    signing name, ``monitoring``: it asked the caller's policies for ``monitoring:PutMetricData``,
+    which none grants, so every call of a role was denied. CloudWatch's actions are
+    ``cloudwatch:<Operation>`` (Service Authorization Reference, "Actions, resources, and condition
+    keys for Amazon CloudWatch":
+    https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazoncloudwatch.html).
+
+    Conditions: moto supplies no request values to an identity policy's conditions, so an Allow of
+    PutMetricData conditioned on ``"StringEquals": {"cloudwatch:namespace": "Tidemark"}`` allowed
+    any namespace. CloudWatch gives PutMetricData's namespace as ``cloudwatch:namespace`` ("Using
+    condition keys to limit access to CloudWatch namespaces":
+    https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/iam-cw-condition-keys-namespace.html).
+    Here a statement whose condition names that key is evaluated with the request's namespace
+    (moto compares StringEquals only; another operator on the key stays unevaluated, as moto leaves
+    it) and, when false, does not apply -- Allow or Deny, as in AWS (moto would have answered a
+    false condition with a denial whatever the statement's effect). Other keys, and operations
+    without a namespace, are left as moto leaves them.
+
+    A denial is answered as AccessDenied, HTTP 403, serialized in the request's protocol: moto's
+    XML body reached botocore's CBOR client (CloudWatch's first protocol) as error code "403".
+    While IAM is not enforced, moto's own handling (which counts the request towards reset-auth's
+    allowance) runs unchanged.
+    """
+    from moto.cloudwatch.responses import CloudWatchResponse
+    from moto.core.exceptions import AccessDeniedError, ServiceException
+    from moto.core.responses import ActionResult
+    from moto.iam.access_control import IAMPolicy, IAMPolicyStatement, IAMRequest, PermissionResult
+
+    namespace_key = "cloudwatch:namespace"
+
+    class Denied(Exception):
+        """Raised past moto's handling of an HTTP error, to be answered in the request's protocol."""
+
+    class AccessDenied(ServiceException):
+        code = "AccessDenied"
+
+    def namespace_keys(statement: Any) -> set[str]:
+        """How the statement's conditions spell ``cloudwatch:namespace`` (keys are case-insensitive)."""
+        conditions = statement.get("Condition") if isinstance(statement, dict) else None
+        if not isinstance(conditions, dict):
+            return set()
+        return {
+            str(key)
+            for keys in conditions.values()
+            if isinstance(keys, dict)
+            for key in keys
+            if str(key).lower() == namespace_key
+        }
+
+    def applies(statement: Any, namespace: str | None) -> bool:
+        """False for a statement whose condition on the namespace is false for this request."""
+        keys = namespace_keys(statement)
+        if namespace is None or not keys:
+            return True  # as moto evaluates it
+        return bool(IAMPolicyStatement(statement)._check_conditions(dict.fromkeys(keys, namespace)))
+
+    class CloudWatchRequest(IAMRequest):
+        namespace: str | None = None
+
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self._action = "cloudwatch:" + self._action.split(":", 1)[1]
+
+        def check_action_permitted(self, resource: str) -> None:
+            permitted = False
+            for policy in self._access_key.collect_policies():
+                iam_policy = IAMPolicy(policy)
+                statements = iam_policy._policy_json["Statement"]
+                statements = statements if isinstance(statements, list) else [statements]
+                applying = [statement for statement in statements if applies(statement, self.namespace)]
+                iam_policy._policy_json = {**iam_policy._policy_json, "Statement": applying}
+                result = iam_policy.is_action_permitted(self._action, resource)
+                if result == PermissionResult.DENIED:
+                    self._raise_access_denied()
+                permitted = permitted or result == PermissionResult.PERMITTED
+            if not permitted:
+                self._raise_access_denied()
+
+    def authorize(self: CloudWatchResponse, resource: str = "*") -> None:
+        namespace = None
+        if self._get_action() == "PutMetricData":
+            found = self._get_param("Namespace")
+            namespace = found if isinstance(found, str) else None
+
+        def request(**kwargs: Any) -> CloudWatchRequest:
+            made = CloudWatchRequest(**kwargs)
+            made.namespace = namespace
+            return made
+
+        try:
+            self._authenticate_and_authorize_action(request, resource)  # type: ignore[arg-type]
+        except AccessDeniedError as denied:
+            raise Denied(denied.message) from None
+
+    moto_call = CloudWatchResponse.call_action
+
+    def call_action(self: CloudWatchResponse) -> Any:
+        try:
+            return moto_call(self)
+        except Denied as denied:
+            _status, headers, body = self.serialized(ActionResult(AccessDenied(str(denied))))
+            headers["status"] = "403"
+            return 403, headers, body
+
+    CloudWatchResponse._authenticate_and_authorize_normal_action = authorize  # type: ignore[method-assign, assignment]
+    CloudWatchResponse.call_action = call_action  # type: ignore[method-assign, assignment]
+
+
 def _execute_state_machines() -> None:
     from moto.core.config import default_user_config
 
@@ -501,6 +618,7 @@ def serve(host: str, port: int, *, lambda_proxy: str | None = None, execute_stat
     _authorize_dynamodb_items_like_aws()
     _answer_missing_s3_keys_like_aws()
     _authorize_cloudformation_on_stack_arns()
+    _authorize_cloudwatch_like_aws()
     if lambda_proxy:
         _route_lambda_invocations(lambda_proxy)
     if execute_state_machines:
