@@ -115,13 +115,16 @@ def test_status_lists_every_partition_and_flags_none_when_all_is_in_s3(whole):
 
 def test_kafka_client_settings_come_from_a_properties_file(whole, kafka_bootstrap, tmp_path):
     """``--kafka-config``: what a real cluster needs (SASL, TLS) reaches the client; a property
-    librdkafka refuses, or a line that is no property, is a one-line error."""
+    librdkafka refuses, or a line that is no property, is a one-line error that never echoes the
+    line (it may be a secret pasted alone); a file others can read is warned about."""
     good, unknown, broken = tmp_path / "good.properties", tmp_path / "unknown.properties", tmp_path / "broken"
     good.write_text(
         "# as a Java client's file\n\nclient.id = tidemark-ops\n! another comment\nsocket.timeout.ms=20000\n"
     )
     unknown.write_text("no.such.property=1\n")
     broken.write_text("client.id=x\nsasl.mechanism\n")
+    for path in (good, unknown, broken):
+        path.chmod(0o600)  # as a file of credentials should be
     args = ("audit", "--stream", "orders", "--config", CONFIG, *where(whole), "--bootstrap-servers", kafka_bootstrap)
     done = tidemark(*args, "--kafka-config", good)
     assert done.returncode == 0, done.stderr
@@ -129,7 +132,14 @@ def test_kafka_client_settings_come_from_a_properties_file(whole, kafka_bootstra
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1
     assert "Kafka client settings" in refused.stderr and "no.such.property" in refused.stderr
     malformed = tidemark(*args, "--kafka-config", broken)
-    assert malformed.returncode == 2 and f"{broken}:2: expected key=value, got 'sasl.mechanism'" in malformed.stderr
+    assert malformed.returncode == 2 and malformed.stderr.count("\n") == 1
+    assert f"{broken}:2: property 'sasl.mechanism' has no value (expected key=value)" in malformed.stderr
+    pasted = tmp_path / "pasted.properties"
+    pasted.write_text("client.id: x\nhunter2-the-password\n")
+    pasted.chmod(0o644)  # readable by others: warned about, on a line of its own
+    leaked = tidemark(*args, "--kafka-config", pasted)
+    assert leaked.returncode == 2 and "hunter2" not in leaked.stderr + leaked.stdout
+    assert f"{pasted}:2: property has no value" in leaked.stderr and "can be read by other users" in leaked.stderr
 
 
 def test_erased_epoch_ends_and_a_whole_partition_fail_the_audit_with_the_kafka_probe(

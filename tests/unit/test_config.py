@@ -87,6 +87,7 @@ def test_example_config_loads_with_its_values() -> None:
         "broker_arn": None,
         "virtual_host": None,
         "credentials_secret_arn": None,
+        "allow_plaintext_public": False,
     }
     assert stream.event_time == EventTimeConfig(source="json_field", field="created_at", format="auto", timezone="UTC")
     assert stream.flush.max_records == 100_000
@@ -263,7 +264,7 @@ def test_a_schema_registry_config_survives_the_lambdas_round_trip() -> None:
 
 def test_each_kafka_kind_has_a_default_auth_mechanism() -> None:
     msk = parse_config(minimal(source={"cluster_arn": CLUSTER_ARN, "topic": "orders"})).streams[0].source
-    kafka = parse_config(minimal(source=SELF_MANAGED)).streams[0].source
+    kafka = parse_config(minimal(source={**SELF_MANAGED, "allow_plaintext_public": True})).streams[0].source
     scram = {"mechanism": "sasl_scram_512", "secret_arn": MSK_SECRET, "kms_key_arn": KEY}
     chosen = parse_config(minimal(source={"cluster_arn": CLUSTER_ARN, "topic": "orders", "auth": scram}))
     assert (msk.auth_mechanism, kafka.auth_mechanism, chosen.streams[0].source.auth_mechanism) == (
@@ -842,6 +843,7 @@ def test_kinesis_source_takes_its_topic_from_the_stream_arn() -> None:
         "broker_arn": None,
         "virtual_host": None,
         "credentials_secret_arn": None,
+        "allow_plaintext_public": False,
     }
     assert stream.source.shape is KINESIS_SHAPE
     assert stream.csv_columns == (
@@ -1094,3 +1096,78 @@ def test_rabbitmq_fields_are_refused_on_other_kinds_and_dedupe_with_them() -> No
     assert "String should match pattern" in config_error(minimal(source=MQ_SOURCE, dedupe={"id": "key"}))
     header = parse_config(minimal(source=MQ_SOURCE, dedupe={"id": "header:x-id", "window": "1h"}))
     assert header.streams[0].dedupe_settings.id == "header:x-id"
+
+
+@pytest.mark.parametrize(
+    "servers",
+    [["pkc-1.confluent.cloud:9092"], ["10.0.0.5:9092", "broker.example.com:9092"], ["52.94.76.10:9092"]],
+)
+def test_plaintext_self_managed_kafka_at_a_public_endpoint_is_refused_unless_allowed(servers) -> None:
+    """Issue 31: no authentication, no VPC and a broker the internet reaches: anyone can read the
+    topic and records may cross the internet unencrypted. Refused, naming the public brokers and
+    the ways out; allowed when said so."""
+    source = {"kind": "kafka", "topic": "orders", "bootstrap_servers": servers}
+    message = config_error(minimal(source=source))
+    public = ", ".join(server for server in servers if not server.startswith("10."))
+    assert f"self-managed Kafka at a public endpoint ({public}) with auth.mechanism none" in message
+    assert "source.allow_plaintext_public: true" in message
+    assert (
+        parse_config(minimal(source={**source, "allow_plaintext_public": True}))
+        .streams[0]
+        .source.allow_plaintext_public
+    )
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        {"kind": "kafka", "topic": "orders", "bootstrap_servers": ["127.0.0.1:9092", "localhost:9093"]},
+        {"kind": "kafka", "topic": "orders", "bootstrap_servers": ["10.1.2.3:9092", "192.168.1.2:9092"]},
+        {"kind": "kafka", "topic": "orders", "bootstrap_servers": ["b-1:9092", "kafka-1.internal:9092"]},
+        {**SELF_MANAGED, "auth": {"mechanism": "sasl_scram_512", "secret_arn": SECRET}},
+        {
+            **SELF_MANAGED,
+            "network": {"subnet_ids": ["subnet-0123456789abcdef0"], "security_group_ids": ["sg-0123456789abcdef0"]},
+        },
+    ],
+)
+def test_kafka_on_private_addresses_in_a_vpc_or_with_tls_auth_is_accepted(source) -> None:
+    assert parse_config(minimal(source=source)).streams[0].source.kind == "kafka"
+
+
+def test_allow_plaintext_public_is_for_self_managed_kafka_only() -> None:
+    message = config_error(
+        minimal(source={"cluster_arn": CLUSTER_ARN, "topic": "orders", "allow_plaintext_public": True})
+    )
+    assert "allow_plaintext_public is for self-managed Kafka" in message
+
+
+REGISTRY = {"kind": "confluent", "auth": "basic", "secret_arn": SECRET}
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("http://registry.example.com", "a registry at a public address needs https"),
+        ("https://registry.example.com/?api_key=abc", "no query string or fragment"),
+        ("https://registry.example.com/#x", "no query string or fragment"),
+    ],
+)
+def test_a_public_schema_registry_needs_https_and_no_query_string(url, message) -> None:
+    source = {
+        **SELF_MANAGED,
+        "auth": {"mechanism": "plain", "secret_arn": SECRET},
+        "schema_registry": {**REGISTRY, "url": url},
+    }
+    assert message in config_error(
+        minimal(source=source, archiver={"provisioned_pollers": {"minimum": 1, "maximum": 2}})
+    )
+
+
+@pytest.mark.parametrize(
+    "url", ["https://registry.example.com:8081/v1", "http://127.0.0.1:8081", "http://10.0.0.9:8081/?x=1"]
+)
+def test_a_registry_over_https_or_on_a_private_address_is_accepted(url) -> None:
+    from tidemark.config.model import SchemaRegistryConfig
+
+    assert SchemaRegistryConfig.model_validate({**REGISTRY, "url": url}).url == url

@@ -31,10 +31,22 @@ BROKERS_B = ["pkc-bbbbb.us-east-1.aws.confluent.cloud:9092"]
 
 #: one change a deploy can make to the stream's source: (the setting it changes, its values)
 CHANGES: dict[str, tuple[str, dict[str, Any]]] = {
-    "cluster A": ("where", {"kind": "msk", "cluster_arn": CLUSTER_A, "bootstrap_servers": None}),
-    "cluster B": ("where", {"kind": "msk", "cluster_arn": CLUSTER_B, "bootstrap_servers": None}),
-    "brokers A": ("where", {"kind": "kafka", "cluster_arn": None, "bootstrap_servers": BROKERS_A}),
-    "brokers B": ("where", {"kind": "kafka", "cluster_arn": None, "bootstrap_servers": BROKERS_B}),
+    "cluster A": (
+        "where",
+        {"kind": "msk", "cluster_arn": CLUSTER_A, "bootstrap_servers": None, "allow_plaintext_public": False},
+    ),
+    "cluster B": (
+        "where",
+        {"kind": "msk", "cluster_arn": CLUSTER_B, "bootstrap_servers": None, "allow_plaintext_public": False},
+    ),
+    "brokers A": (
+        "where",
+        {"kind": "kafka", "cluster_arn": None, "bootstrap_servers": BROKERS_A, "allow_plaintext_public": True},
+    ),
+    "brokers B": (
+        "where",
+        {"kind": "kafka", "cluster_arn": None, "bootstrap_servers": BROKERS_B, "allow_plaintext_public": True},
+    ),
     "topic orders": ("topic", {"topic": "orders"}),
     "topic payments": ("topic", {"topic": "payments"}),
     "from the start": ("start", {"starting_position": "TRIM_HORIZON"}),

@@ -115,7 +115,8 @@ def test_msk_with_a_secret_reads_the_cluster_with_it(
 def test_self_managed_kafka_on_a_public_endpoint(
     example_config: TidemarkConfig, auth: dict[str, str] | None, expected: list[dict[str, str]]
 ) -> None:
-    config = with_source(example_config, kind="kafka", bootstrap_servers=BROKERS, auth=auth)
+    plaintext = {"allow_plaintext_public": True} if auth is None else {}  # said so: refused otherwise
+    config = with_source(example_config, kind="kafka", bootstrap_servers=BROKERS, auth=auth, **plaintext)
     _, template = synth_stack(config, nag=False)
     props = mapping(template)
     assert "EventSourceArn" not in props
@@ -218,7 +219,13 @@ def test_a_confluent_registry_signs_in_with_its_secret(example_config: TidemarkC
         "record_format": "source",
     }
     stream = json.loads(example_config.model_dump_json())["streams"][0]
-    stream["source"] = {"kind": "kafka", "topic": "orders", "bootstrap_servers": BROKERS, "schema_registry": registry}
+    stream["source"] = {
+        "kind": "kafka",
+        "topic": "orders",
+        "bootstrap_servers": BROKERS,
+        "schema_registry": registry,
+        "allow_plaintext_public": True,
+    }
     stream["archiver"] = {**stream["archiver"], **POLLERS}
     _, template = synth_stack(with_changes(example_config, streams=[stream]), nag=False)
     assert mapping(template)["SelfManagedKafkaEventSourceConfig"]["SchemaRegistryConfig"] == {

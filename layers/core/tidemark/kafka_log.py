@@ -13,6 +13,7 @@ confluent-kafka is imported only here (the ``demo`` extra; not in the Lambda lay
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -211,4 +212,16 @@ def client_or_error(client: Any, settings: dict[str, Any]) -> Any:
         return client(settings)
     except (KafkaException, ValueError, TypeError) as exc:
         reason = exc.args[0].str() if isinstance(exc, KafkaException) and exc.args else str(exc)
-        raise SourceUnavailableError(f"Kafka client settings: {reason}") from None
+        raise SourceUnavailableError(f"Kafka client settings: {redacted(reason, settings)}") from None
+
+
+#: settings whose values are secrets (librdkafka echoes a value it refuses: ``Invalid value "..."``)
+SECRET_SETTING = re.compile(r"password|secret|jaas|token|credential|\.key\b|key\.pem|sasl\.username", re.IGNORECASE)
+
+
+def redacted(reason: str, settings: dict[str, Any]) -> str:
+    """``reason`` with the value of every secret setting (:data:`SECRET_SETTING`) replaced."""
+    for name, value in settings.items():
+        if SECRET_SETTING.search(name) and isinstance(value, str) and value:
+            reason = reason.replace(value, "<redacted>")
+    return reason

@@ -20,6 +20,7 @@ import boto3
 import typer
 from botocore.exceptions import BotoCoreError, ClientError
 
+from tidemark.cli.kafka_properties import read_properties
 from tidemark.config.loader import load_config
 from tidemark.config.model import TidemarkConfig
 from tidemark.exceptions import ConfigError
@@ -148,22 +149,8 @@ def check_hours(from_hour: str | None, to_hour: str | None) -> None:
 
 
 def kafka_settings(path: Path | None) -> dict[str, str]:
-    """``--kafka-config``: ``key=value`` lines (``#``/``!`` comments and blank lines skipped), as
-    librdkafka and a Java client's ``.properties`` file spell them; a ``ConfigError`` naming the
-    line otherwise."""
+    """``--kafka-config``: a Kafka client's ``.properties`` file (:mod:`tidemark.cli.kafka_properties`),
+    ``{}`` without one; a warning on stderr when other users may read it."""
     if path is None:
         return {}
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise ConfigError(f"--kafka-config {path}: {exc.strerror}") from None
-    settings = {}
-    for number, line in enumerate(lines, 1):
-        text = line.strip()
-        if not text or text[0] in "#!":
-            continue
-        key, separator, value = text.partition("=")
-        if not separator or not key.strip():
-            raise ConfigError(f"--kafka-config {path}:{number}: expected key=value, got {text!r}")
-        settings[key.strip()] = value.strip()
-    return settings
+    return read_properties(path, warn=lambda message: typer.echo(message, err=True))

@@ -6,10 +6,12 @@ being silently ignored.
 
 from __future__ import annotations
 
+import ipaddress
 import itertools
 import re
 from datetime import datetime, timedelta
 from typing import Literal
+from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ByteSize, ConfigDict, Field, field_validator, model_validator
@@ -111,6 +113,23 @@ class KafkaNetworkConfig(_Model):
         return value
 
 
+def is_private_host(host: str) -> bool:
+    """A host the public internet does not reach: a loopback, private or link-local address, or
+    a name no public DNS resolves (``localhost``, one label, ``.internal``, ``.local``,
+    ``.localhost``, ``.home.arpa``). Anything else is taken as public."""
+    name = host.strip("[]").lower().rstrip(".")
+    try:
+        address = ipaddress.ip_address(name)
+    except ValueError:
+        return name == "localhost" or "." not in name or name.endswith(PRIVATE_SUFFIXES)
+    return address.is_loopback or address.is_private or address.is_link_local
+
+
+#: name suffixes no public DNS resolves (RFC 6761, RFC 6762, RFC 8375; ``.internal``: ICANN's
+#: private-use TLD, and AWS's ``compute.internal``)
+PRIVATE_SUFFIXES = (".internal", ".local", ".localhost", ".home.arpa")
+
+
 class SchemaRegistryConfig(_Model):
     """The event source mapping's schema registry integration (AWS runs it; provisioned mode only).
 
@@ -145,9 +164,24 @@ class SchemaRegistryConfig(_Model):
                 raise ValueError("a confluent registry takes url, not registry_arn")
             if self.auth is None or self.secret_arn is None:
                 raise ValueError("a confluent registry needs auth (basic | client_certificate) and its secret_arn")
+            self._check_url(self.url)
         if len(set(self.validate_parts)) != len(self.validate_parts):
             raise ValueError("validate: each part once")
         return self
+
+    @staticmethod
+    def _check_url(url: str) -> None:
+        """https, without a query string (it would carry a credential into every log of the
+        URL), unless the registry is on a loopback or private address (the Avro demo's)."""
+        parsed = urlsplit(url)
+        if is_private_host(parsed.hostname or ""):
+            return
+        if parsed.scheme != "https":
+            raise ValueError(
+                "url: a registry at a public address needs https (the mapping sends its credentials there)"
+            )
+        if parsed.query or parsed.fragment:
+            raise ValueError("url: no query string or fragment (credentials go in secret_arn, not the URL)")
 
 
 class SourceConfig(_Model):
@@ -174,6 +208,8 @@ class SourceConfig(_Model):
     broker_arn: str | None = Field(default=None, pattern=MQ_BROKER_ARN)  # rabbitmq: the Amazon MQ broker
     virtual_host: str | None = Field(default=None, pattern=VIRTUAL_HOST)  # rabbitmq: default "/"
     credentials_secret_arn: str | None = Field(default=None, pattern=SECRET_ARN)  # rabbitmq: username, password
+    # kafka: a public endpoint with auth.mechanism none, knowingly (refused otherwise)
+    allow_plaintext_public: bool = False
 
     @model_validator(mode="before")
     @classmethod
@@ -242,6 +278,7 @@ class SourceConfig(_Model):
             "bootstrap_servers": self.bootstrap_servers is not None,
             "auth": self.auth is not None,
             "network": self.network is not None,
+            "allow_plaintext_public": self.allow_plaintext_public,
         }
         for name, given in kafka_only.items():
             if given:
@@ -275,6 +312,7 @@ class SourceConfig(_Model):
             "starting_position_timestamp": self.starting_position_timestamp,
         }
         wrong = [name for name, given in others.items() if given is not None]
+        wrong += ["allow_plaintext_public"] if self.allow_plaintext_public else []
         wrong += ["consumer"] if self.consumer != "shared" else []
         wrong += ["parallelization_factor"] if self.parallelization_factor != 1 else []
         if wrong:
@@ -310,6 +348,18 @@ class SourceConfig(_Model):
             for server in self.bootstrap_servers or ():
                 if not re.match(BOOTSTRAP_SERVER, server):
                     raise ValueError(f"bootstrap_servers: {server!r} is not host:port")
+            public = [
+                server for server in self.bootstrap_servers or () if not is_private_host(server.rsplit(":", 1)[0])
+            ]
+            if self.auth_mechanism == "none" and self.network is None and public and not self.allow_plaintext_public:
+                raise ValueError(
+                    f"self-managed Kafka at a public endpoint ({', '.join(public)}) with auth.mechanism none: anyone "
+                    "can read the topic, and records cross the internet unencrypted unless the brokers require TLS. "
+                    "Use auth.mechanism sasl_scram_256/512, plain or mtls (the mapping then uses TLS), reach the "
+                    "brokers in their VPC (network), or set source.allow_plaintext_public: true"
+                )
+        elif self.allow_plaintext_public:
+            raise ValueError("allow_plaintext_public is for self-managed Kafka (kind 'kafka')")
 
     @property
     def auth_mechanism(self) -> str:
@@ -813,6 +863,54 @@ class StreamConfig(_Model):
         return self.format.type != "csv" or {envelope.partition, envelope.position} <= set(self.csv_columns)
 
 
+#: an IAM role's ARN as IAM shows it, path included (``aws:PrincipalArn`` of its sessions)
+IAM_ROLE_ARN = r"^arn:aws[a-z-]*:iam::\d{12}:role/([\x21-\x7e]+/)*[A-Za-z0-9+=,.@_-]{1,64}$"
+#: S3 Object Lock's longest default retention CloudFormation takes in days (100 years)
+OBJECT_LOCK_MAX_DAYS = 36_500
+#: ``archive.protection``: what keeps an object version the archive wrote, beyond the bucket policy
+Protection = Literal["none", "versioning", "object_lock"]
+
+
+class ObjectLockSettings(_Model):
+    """S3 Object Lock's default retention for every object version written to the archive bucket
+    (``archive.protection: object_lock``). No one can delete a version before its retention ends:
+    in ``COMPLIANCE`` mode not even the account's root user; in ``GOVERNANCE`` mode only a
+    principal allowed ``s3:BypassGovernanceRetention`` that asks for the bypass."""
+
+    mode: Literal["GOVERNANCE", "COMPLIANCE"] = "GOVERNANCE"
+    #: how long each object version stays locked after it is written, in whole days
+    retention: Duration
+    #: ``true`` confirms that this stack creates the bucket with Object Lock on (its first deploy)
+    #: or already did. CloudFormation replaces a bucket whose ``ObjectLockEnabled`` changes, so
+    #: turning Object Lock on for a deployed stack, or off again, would move the archive to a new,
+    #: empty bucket: README "Security" says how to lock an existing archive instead.
+    created_with_bucket: bool = False
+
+    @field_validator("retention")
+    @classmethod
+    def _whole_days(cls, value: timedelta) -> timedelta:
+        days = value.total_seconds() / 86_400
+        if days != int(days) or not 1 <= days <= OBJECT_LOCK_MAX_DAYS:
+            raise ValueError(f"must be whole days between 1d and {OBJECT_LOCK_MAX_DAYS}d, got {value}")
+        return value
+
+    @field_validator("created_with_bucket")
+    @classmethod
+    def _confirmed(cls, value: bool) -> bool:
+        if not value:
+            raise ValueError(
+                "Object Lock can only be set when the stack creates the archive bucket: CloudFormation "
+                "replaces a bucket whose ObjectLockEnabled changes, which would leave the archive behind in "
+                "the old bucket. Set created_with_bucket: true for a stack that is not deployed yet (or was "
+                "deployed with Object Lock); for a deployed archive see README 'Security'"
+            )
+        return value
+
+    @property
+    def retention_days(self) -> int:
+        return int(self.retention.total_seconds() // 86_400)
+
+
 class ArchiveSettings(_Model):
     """Settings shared by every stream."""
 
@@ -829,6 +927,27 @@ class ArchiveSettings(_Model):
     ledger_item_budget: Bytes = Field(default=ByteSize(300 * 1024), ge=4 * 1024, le=380 * 1024)
     #: storage-class transitions of archived objects (raw/ and errors/), in ascending order
     transitions: list[StorageTransition] = Field(default_factory=list)
+    #: (stack only) the one role the bucket policy lets delete objects under the archive's
+    #: prefixes (raw/, errors/, manifests/, the mappings' aws/lambda/); none: no one may
+    break_glass_role_arn: str | None = Field(default=None, pattern=IAM_ROLE_ARN)
+    #: (stack only) what keeps an object version beyond the bucket policy: ``none``, ``versioning``
+    #: (a deleted or replaced version stays, as a noncurrent version) or ``object_lock`` (versions
+    #: cannot be deleted before ``object_lock.retention``; only when the stack creates the bucket)
+    protection: Protection = "none"
+    #: (stack only) the default retention with ``protection: object_lock``
+    object_lock: ObjectLockSettings | None = None
+
+    @model_validator(mode="after")
+    def _object_lock_with_its_settings(self) -> ArchiveSettings:
+        if self.protection == "object_lock" and self.object_lock is None:
+            raise ValueError("protection 'object_lock' needs object_lock: {mode, retention, created_with_bucket}")
+        if self.protection != "object_lock" and self.object_lock is not None:
+            raise ValueError(
+                f"object_lock is set but protection is {self.protection!r}: Object Lock cannot be turned off for a "
+                "bucket, and CloudFormation would replace the bucket (the archive stays in the old one); keep "
+                "protection: object_lock, or remove object_lock for a stack that never had it"
+            )
+        return self
 
     @field_validator("transitions")
     @classmethod
