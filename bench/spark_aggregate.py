@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> None:
             )
             rows = 0
             for aggregation in stream.aggregations:
-                rows += len(aggregate(native, aggregation).collect())
+                rows += len(aggregate(native, aggregation).frame.collect())
             baseline_s = time.monotonic() - started
             log(f"baseline (spark.read.json from local disk): {rows} aggregate rows in {baseline_s:.1f}s")
         finally:
