@@ -90,6 +90,8 @@ synth: install
 deploy: install
 	npx cdk deploy $(ARGS)
 
+# The stack has termination protection (it holds the ledger): lift it first, on purpose:
+# aws cloudformation update-termination-protection --no-enable-termination-protection --stack-name <name>
 destroy: install
 	npx cdk destroy $(ARGS)
 

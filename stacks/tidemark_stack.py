@@ -48,6 +48,9 @@ class TidemarkStack(ArchiveBuilder, Stack):
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("description", DESCRIPTION)
+        # `cdk destroy` is refused until it is lifted (README: "What destroy keeps"): the stack
+        # holds the archive's ledger, whose loss would archive retained records again.
+        kwargs.setdefault("termination_protection", True)
         super().__init__(scope, construct_id, **kwargs)
         self._build_archive(self, config=config, root=root, layer_cache=layer_cache, outputs=True, pin_output_ids=False)
         if nag:
