@@ -36,6 +36,12 @@ def cost(
     msk_connect_mb_per_s_per_mcu: Annotated[
         float, typer.Option(min=0.001, help="Assumed S3-sink throughput of one MSK Connect MCU (not measured).")
     ] = 5.0,
+    protection: Annotated[
+        str, typer.Option(help="Price archive.protection: none | versioning | object_lock.")
+    ] = "none",
+    object_lock_days: Annotated[
+        int, typer.Option(min=0, help="With --protection object_lock: the default retention, in days.")
+    ] = 0,
     as_json: JsonOption = False,
 ) -> None:
     """Monthly cost of Tidemark's parts for a sustained load, at list prices (us-east-1, effective
@@ -50,6 +56,8 @@ def cost(
         if efs not in (None, "elastic", "provisioned"):
             raise ConfigError(f"--efs must be elastic or provisioned, got {efs!r}")
         mode: Literal["elastic", "provisioned"] | None = efs  # type: ignore[assignment]
+        if protection not in ("none", "versioning", "object_lock"):
+            raise ConfigError(f"--protection must be none, versioning or object_lock, got {protection!r}")
         result = estimate(
             Workload(
                 mb_per_s=mb_per_s,
@@ -60,6 +68,8 @@ def cost(
                 endpoint_azs=endpoint_azs,
                 aggregations=aggregations,
                 msk_connect_mb_per_s_per_mcu=msk_connect_mb_per_s_per_mcu,
+                protection=protection,  # type: ignore[arg-type]  # checked above
+                object_lock_days=object_lock_days,
             )
         )
         if as_json:

@@ -863,8 +863,9 @@ class StreamConfig(_Model):
         return self.format.type != "csv" or {envelope.partition, envelope.position} <= set(self.csv_columns)
 
 
-#: an IAM role's ARN as IAM shows it, path included (``aws:PrincipalArn`` of its sessions)
-IAM_ROLE_ARN = r"^arn:aws[a-z-]*:iam::\d{12}:role/([\x21-\x7e]+/)*[A-Za-z0-9+=,.@_-]{1,64}$"
+#: an IAM role's ARN as IAM shows it, path included (``aws:PrincipalArn`` of its sessions); no ``*``
+#: or ``?``, which an ARN condition would read as wildcards
+IAM_ROLE_ARN = r"^arn:aws[a-z-]*:iam::\d{12}:role/([A-Za-z0-9+=,.@_-]+/)*[A-Za-z0-9+=,.@_-]{1,64}$"
 #: S3 Object Lock's longest default retention CloudFormation takes in days (100 years)
 OBJECT_LOCK_MAX_DAYS = 36_500
 #: ``archive.protection``: what keeps an object version the archive wrote, beyond the bucket policy
@@ -884,7 +885,7 @@ class ObjectLockSettings(_Model):
     #: or already did. CloudFormation replaces a bucket whose ``ObjectLockEnabled`` changes, so
     #: turning Object Lock on for a deployed stack, or off again, would move the archive to a new,
     #: empty bucket: README "Security" says how to lock an existing archive instead.
-    created_with_bucket: bool = False
+    created_with_bucket: bool = Field(default=False, validate_default=True)
 
     @field_validator("retention")
     @classmethod
@@ -1075,6 +1076,8 @@ class TidemarkConfig(_Model):
                 "catalog": True,
                 "staging": True,
                 "streams": {"__all__": {"archiver"}},
+                # the bucket's protection is the stack's (its policy, versioning, Object Lock)
+                "archive": {"break_glass_role_arn", "protection", "object_lock"},
             },
         )
 

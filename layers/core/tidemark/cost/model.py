@@ -56,6 +56,11 @@ INTERFACE_ENDPOINTS = ("sts", "lambda")
 BASE64_GROWTH = 4 / 3
 
 EfsMode = Literal["elastic", "provisioned"]
+#: ``archive.protection``: what keeps an object version beyond the bucket policy
+Protection = Literal["none", "versioning", "object_lock"]
+#: Object Lock's default retention, in days, as S3 and CloudFormation take it
+OBJECT_LOCK_MAX_DAYS = 36_500
+DAYS_PER_MONTH = HOURS_PER_MONTH / 24
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,8 +84,19 @@ class Workload:
     aggregations: bool = True  # an EMR Serverless job per hour
     efs_mode: EfsMode | None = None  # None: the recommended one
     msk_connect_mb_per_s_per_mcu: float = measured.MSK_CONNECT_MB_PER_S_PER_MCU.value
+    protection: Protection = "none"  # archive.protection
+    object_lock_days: int = 0  # archive.object_lock.retention, in days (protection object_lock only)
 
     def __post_init__(self) -> None:
+        if self.protection not in ("none", "versioning", "object_lock"):
+            raise ConfigError(f"--protection must be none, versioning or object_lock, got {self.protection!r}")
+        if self.protection == "object_lock" and not 1 <= self.object_lock_days <= OBJECT_LOCK_MAX_DAYS:
+            raise ConfigError(
+                f"--object-lock-days must be between 1 and {OBJECT_LOCK_MAX_DAYS} with object_lock, "
+                f"got {self.object_lock_days}"
+            )
+        if self.protection != "object_lock" and self.object_lock_days:
+            raise ConfigError("--object-lock-days is only for --protection object_lock")
         if self.mb_per_s <= 0:
             raise ConfigError(f"--mb-per-s must be above 0, got {self.mb_per_s}")
         if self.record_bytes < 1:
@@ -297,6 +313,8 @@ def tidemark_costs(workload: Workload) -> list[LineItem]:
     stored_gib = w.gib_per_month * measured.OBJECT_BYTES_PER_VALUE_BYTE.value
     items.append(line("S3", "Standard storage (one month of objects)", stored_gib, prices.S3_STANDARD_GB_MONTH))
 
+    items.extend(protection_costs(w))
+
     transitions = (SWEEPER_FIXED_TRANSITIONS + SWEEPER_TRANSITIONS_PER_PARTITION * w.partitions) * w.sweeps_per_month
     items.append(line("Step Functions", "sweeper state transitions", transitions, prices.SFN_STANDARD_TRANSITION))
 
@@ -322,6 +340,44 @@ def tidemark_costs(workload: Workload) -> list[LineItem]:
     if w.aggregations:
         items.extend(aggregation_costs(w))
     return items
+
+
+def protection_costs(workload: Workload) -> list[LineItem]:
+    """``archive.protection``. S3 bills nothing for versioning or Object Lock themselves; it bills
+    every stored version as an object ("Normal Amazon S3 rates apply for every version of an
+    object stored", S3 User Guide, "Retaining multiple versions of objects with S3 Versioning";
+    the S3 pricing page has no line for either). The bucket policy refuses an overwrite and a
+    delete under the archive's prefixes (but the break-glass role's), so Tidemark's own writes
+    never leave a noncurrent version: no extra storage, shown as a zero line so that the choice is
+    visible in the bill. What each costs when it does act is in ``protection_notes``."""
+    if workload.protection == "none":
+        return []
+    item = "versioning: noncurrent versions (none: the bucket policy refuses overwrites and deletes)"
+    if workload.protection == "object_lock":
+        item = f"Object Lock ({workload.object_lock_days} d retention): versions kept, none beyond the objects"
+    return [line("S3", item, 0.0, prices.S3_STANDARD_GB_MONTH)]
+
+
+def protection_notes(workload: Workload) -> list[str]:
+    """What the protection costs when it acts: the storage it keeps."""
+    if workload.protection == "none":
+        return []
+    standard = prices.S3_STANDARD_GB_MONTH.dollars
+    notes = [
+        f"archive.protection {workload.protection}: an object deleted (only the break-glass role may) or "
+        f"replaced (only once the bucket policy is removed) stays billed as a noncurrent version (${standard} "
+        "per GB-month in Standard) until that version is removed with DeleteObjectVersion"
+    ]
+    if workload.protection == "object_lock":
+        stored_gib = workload.gib_per_month * measured.OBJECT_BYTES_PER_VALUE_BYTE.value
+        locked = stored_gib * standard * workload.object_lock_days / DAYS_PER_MONTH
+        notes.append(
+            f"Object Lock: each month's objects ({stored_gib:,.0f} GiB) are billed for at least "
+            f"{workload.object_lock_days} days whatever happens to them, ${locked:,.2f} at Standard prices (less "
+            "after transitions); Tidemark never deletes an object, so this adds nothing unless you would have "
+            "deleted them (objects of a mistaken configuration included)"
+        )
+    return notes
 
 
 def aggregation_costs(workload: Workload) -> list[LineItem]:
@@ -430,6 +486,7 @@ def estimate(workload: Workload) -> Estimate:
         "one partition per ESM batch (the measured case); mixed batches pay one ledger write per partition",
         "handler speed and ledger item size measured with S3/DynamoDB emulated in-process: real network "
         "round trips make invocations longer",
+        *protection_notes(workload),
     ]
     return Estimate(
         workload,

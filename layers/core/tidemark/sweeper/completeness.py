@@ -171,6 +171,13 @@ class CompletenessTracker:
         key = manifest_key(self.runtime.config.sweeper.manifests_prefix, stream.name, mark.hour, mark.commits)
         # A manifest is never rewritten: overlapping executions (or a retried step) that complete
         # the same hour at the same commits would write other bytes (its times) under one key.
+        # The bucket policy refuses a manifest put without If-None-Match (stacks/storage.py), so
+        # the header is what lets this write through at all. On 412 the manifest of these commits
+        # is there already, listing the same objects: a commit adds its object and bumps
+        # ``commits`` in one transaction, so every run that completes the hour at this value saw
+        # the same object list, and ``record_manifest`` below records it only if ``commits`` has
+        # not moved since (one written after a later commit is never recorded). Only its times
+        # differ, so it is taken as done, unread (the step's role may only put manifests).
         try:
             self.runtime.objects.client.put_object(
                 Bucket=self.runtime.objects.bucket,
