@@ -51,7 +51,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # stacks/ (tidemark is the venv's, installed editable)
 
-from stacks.layer import LAMBDA_PLATFORM, LAMBDA_UNZIPPED_LIMIT, core_bundling, formats_bundling, tree_size  # noqa: E402
+from stacks.layer import (  # noqa: E402
+    LAMBDA_PLATFORM,
+    LAMBDA_PYTHON,
+    LAMBDA_UNZIPPED_LIMIT,
+    core_bundling,
+    formats_bundling,
+    tree_size,
+)
 
 CASES: dict[str, tuple[str, ...]] = {
     "baseline": (),
@@ -83,7 +90,11 @@ def log(message: str) -> None:
 
 
 def build(kind: str, platform_tag: str, into: Path, cache: Path) -> Path:
-    bundling = (core_bundling if kind == "core" else formats_bundling)(REPO, cache, platform=platform_tag)
+    # a layer for this machine is run here, by this interpreter: resolved for its Python version
+    python = LAMBDA_PYTHON if platform_tag == LAMBDA_PLATFORM else f"{sys.version_info.major}.{sys.version_info.minor}"
+    bundling = (core_bundling if kind == "core" else formats_bundling)(
+        REPO, cache, platform=platform_tag, python_version=python
+    )
     target = into / f"{kind}-{platform_tag}"
     bundling.try_bundle(str(target))
     return target / "python"

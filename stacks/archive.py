@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from aws_cdk import CfnOutput, Stack
+from aws_cdk import Aspects, CfnOutput, Stack
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_lambda as lambda_
@@ -43,6 +43,7 @@ from stacks.paths import ProjectSources
 from stacks.pipeline import PipelineConstruct
 from stacks.source import SourceConstruct
 from stacks.staging import STAGING_MOUNT, StagingConstruct
+from stacks.star_actions import StarResourceCheck
 from stacks.storage import StorageConstruct
 from stacks.sweeper import SweeperConstruct
 from tidemark.config import TidemarkConfig
@@ -93,6 +94,7 @@ class ArchiveBuilder:
             )
         self.sources = ProjectSources.locate(root)
         self._build_parts(scope, config, runtime_config, layer_cache or self.sources.cache_dir)
+        Aspects.of(scope).add(StarResourceCheck())  # no action on "*" that stacks/star_actions.py does not list
         self.outputs: dict[str, CfnOutput] = self._outputs(scope, stack, pin_output_ids) if outputs else {}
 
     def _build_parts(self, scope: Construct, config: TidemarkConfig, runtime_config: str, layer_cache: Path) -> None:
@@ -166,6 +168,7 @@ class ArchiveBuilder:
             ledger_table=self.storage.ledger_table,
             environment=self.function_environment,
             placement=self.placement,
+            staging=self.staging,
         )
         self.sweeper = SweeperConstruct(
             scope,

@@ -33,6 +33,11 @@ their produced bytes -- within the topic's retention. ``encoding.wire_format: co
 decodes in the archiver instead, where an undecodable record is a dead letter with its reason as
 it arrives.
 
+Each stream's function reaches only its stream's state: its ledger items (``PART#<stream>#*``,
+``HOUR#<stream>#*``, ``HOURS#<stream>``: a ``dynamodb:LeadingKeys`` condition on every ledger
+grant, ``stacks.grants``) and its staging directory (its own EFS access point, rooted at
+``/tidemark/<stream>`` and mounted at ``/mnt/<stream>``, ``stacks.staging``).
+
 Every function runs on the core layer; the function of a stream whose objects need Parquet, Avro
 or CSV (``needs_format_layer``) also on the formats layer, and only that one: the formats
 layer is large (Lambda's 250 MB unzipped limit) and its imports lengthen a cold start.
@@ -40,6 +45,7 @@ layer is large (Lambda's 250 MB unzipped limit) and its imports lengthen a cold 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from datetime import UTC
 from pathlib import Path
@@ -52,14 +58,22 @@ from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
 from stacks.functions import Placement, TidemarkFunction, spool_mb
-from stacks.grants import ArchiveAccess, grant_ledger, stream_prefixes
+from stacks.grants import ArchiveAccess, Keys, grant_ledger, stream_prefixes
 from stacks.layer import needs_format_layer
 from stacks.source import SourceConstruct, consumer_group_id, kafka_mapping_id
+from stacks.staging import STREAM_MOUNT_PARENT, StagingConstruct
 from tidemark.config import StreamConfig, TidemarkConfig
 from tidemark.exceptions import ConfigError
+from tidemark.runtime import ENV_STAGING_MOUNT, ENV_STAGING_ROOT
 
 #: where the mapping writes a batch it gave up on (Lambda names the keys below it)
 ON_FAILURE_PREFIX = "aws/lambda"
+#: the ledger items an archiver reads of its stream: its partitions' states and marks (and, with
+#: them, epochs and recoveries), and a committed object (a resumed flush checks its own commit)
+ARCHIVER_READS = (Keys.PARTITIONS, Keys.OBJECTS)
+#: and writes: accepts and seals (its partitions), the commit transaction (the object's item,
+#: the hour's mark, the state). Not the partition registry (``STREAM#``): the sweeper keeps it.
+ARCHIVER_WRITES = (Keys.PARTITIONS, Keys.OBJECTS, Keys.HOUR_MARKS)
 
 
 def kafka_retry_attempts(stream: StreamConfig) -> int | None:
@@ -102,7 +116,8 @@ class ArchiverConstruct(Construct):
     """The archiver function and event source mapping of every stream (``functions[name]``).
 
     ``layer`` is the core layer; ``formats_layer`` the formats layer, required when a stream
-    needs it (``needs_format_layer``)."""
+    needs it (``needs_format_layer``). ``staging`` gives each stream's function its own access
+    point (``placement``'s file system is the sweeper's, and not mounted here)."""
 
     def __init__(
         self,
@@ -117,6 +132,7 @@ class ArchiverConstruct(Construct):
         ledger_table: dynamodb.ITable,
         environment: Mapping[str, str],
         placement: Placement,
+        staging: StagingConstruct,
         formats_layer: lambda_.ILayerVersion | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -166,8 +182,13 @@ class ArchiverConstruct(Construct):
                     "dead-letter them as they arrive instead, decode in the archiver (encoding.wire_format: "
                     "confluent)",
                 )
-            fn = self._function(stream, code, layers, environment, placement)
-            grant_ledger(ledger_table, fn)
+            # Its stream's access point at /mnt/<stream>, under the staging root /mnt: the code's
+            # <root>/<stream>/p<partition> is /tidemark/<stream>/p<partition> on the file system,
+            # where the sweeper (root access point) and earlier versions find it too.
+            own = dataclasses.replace(placement, filesystem=staging.stream_mount(stream.name))
+            mount = {ENV_STAGING_ROOT: STREAM_MOUNT_PARENT, ENV_STAGING_MOUNT: f"{STREAM_MOUNT_PARENT}/{stream.name}"}
+            fn = self._function(stream, code, layers, {**environment, **mount}, own)
+            grant_ledger(ledger_table, fn, [stream.name], reads=ARCHIVER_READS, writes=ARCHIVER_WRITES)
             access.put(fn, stream_prefixes(config.archive.raw_prefix, config.archive.errors_prefix, stream.name))
             for statement in source.read_statements(stream):
                 fn.add_to_role_policy(statement)

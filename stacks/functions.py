@@ -18,8 +18,11 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-#: What a function in a VPC needs to attach to it. AWS requires ``Resource: "*"`` for these
-#: (the network interfaces do not exist before Lambda creates them; Describe* have no resources).
+from stacks.layer import LAMBDA_RUNTIME
+
+#: What a function in a VPC needs to attach to it, on ``Resource: "*"``: Describe* have no
+#: resource-level permissions; the others do, but Lambda performs them as the role and AWS documents
+#: the grant on "*" (``stacks/star_actions.py`` gives each action's reason and checks the stack).
 VPC_NETWORK_INTERFACE_ACTIONS = (
     "ec2:CreateNetworkInterface",
     "ec2:DescribeNetworkInterfaces",
@@ -52,7 +55,7 @@ class Placement:
 
 
 class TidemarkFunction(Construct):
-    """A Python 3.11 arm64 function over its layers (the core layer first; the formats layer when
+    """A Python 3.13 (``LAMBDA_RUNTIME``) arm64 function over its layers (the core layer first; the formats layer when
     it renders Parquet, Avro or CSV), traced, with a one-month log group."""
 
     def __init__(
@@ -92,7 +95,7 @@ class TidemarkFunction(Construct):
         self.function = lambda_.Function(
             self,
             "Function",
-            runtime=lambda_.Runtime.PYTHON_3_11,
+            runtime=LAMBDA_RUNTIME,
             architecture=lambda_.Architecture.ARM_64,
             handler=handler,
             code=code,

@@ -44,16 +44,25 @@ from tidemark.config import StreamConfig
 from tidemark.exceptions import ConfigError
 
 LAMBDA_PLATFORM = "manylinux2014_aarch64"  # the functions run on arm64 (Graviton)
-LAMBDA_PYTHON = "3.11"
+#: The functions' runtime: python3.13 on Amazon Linux 2023 (glibc 2.34). python3.11 (Amazon Linux
+#: 2) was deprecated on 2026-06-30. Not 3.14: the formats layer's pyarrow (below) has no cp314
+#: wheels. The layers' wheels are resolved for it (``--python-version``); the tests and the demo
+#: run the same code on the 3.11 of these machines, with layers resolved for that.
+LAMBDA_RUNTIME = lambda_.Runtime.PYTHON_3_13
+LAMBDA_PYTHON = "3.13"
+#: the image CDK would bundle in if local bundling ever declined (it never does)
+LAMBDA_BUILD_IMAGE = "public.ecr.aws/sam/build-python3.13"
 #: Lambda's limit on a function's code plus all its layers, unzipped (250 MiB)
 LAMBDA_UNZIPPED_LIMIT = 262_144_000
 
 #: Requirements the Lambda build of the formats layer adds to ``formats`` (the dev venv and EMR
-#: do not get them). The python3.11 runtime is Amazon Linux 2 (glibc 2.26): it runs manylinux2014
-#: (glibc 2.17) wheels, not manylinux_2_28 ones, and pyarrow 20 is the last release with
-#: manylinux2014 wheels for aarch64 (and x86_64). pip's ``--platform manylinux2014_aarch64``
-#: would not pick a newer one anyway; the pin makes that explicit and keeps the layer a test
-#: builds for this machine (``platform=manylinux2014_x86_64``) on the same pyarrow.
+#: do not get them). The layers are resolved for manylinux2014 (glibc 2.17) wheels, which every
+#: Lambda Python runtime runs, and pyarrow 20 is the last release with manylinux2014 wheels for
+#: aarch64 (and x86_64). pip's ``--platform manylinux2014_aarch64`` would not pick a newer one
+#: anyway; the pin makes that explicit and keeps the layer a test builds for this machine
+#: (``platform=manylinux2014_x86_64``) on the same pyarrow. (python3.13's Amazon Linux 2023 has
+#: glibc 2.34 and would take manylinux_2_28 wheels: lifting the pin is a change of its own, with
+#: the layer's size measured again.)
 FORMATS_LAMBDA_PINS = ("pyarrow<21",)
 
 #: Format types whose writers need the formats layer (jsonl, text and bytes are the core's).
@@ -161,19 +170,22 @@ class PipLayerBundling:
         packages: Sequence[ShippedPackage] = (),
         slim: Sequence[str] = (),
         platform: str = LAMBDA_PLATFORM,
+        python_version: str = LAMBDA_PYTHON,
         name: str = "layer",
     ) -> None:
         self.requirements = list(requirements)
         self.packages = tuple(packages)
         self.slim = tuple(slim)
-        self.platform = platform  # another platform only for tests that run the layer on this machine
+        # another platform and Python only for tests that run the layer on this machine
+        self.platform = platform
+        self.python_version = python_version
         self.name = name
         self.cache = cache_dir / hashlib.sha256("\n".join(self.dependency_key).encode()).hexdigest()[:16]
 
     @property
     def dependency_key(self) -> list[str]:
         """What the installed dependencies depend on: the platform, Python and the requirements."""
-        return [self.platform, LAMBDA_PYTHON, *sorted(self.requirements)]
+        return [self.platform, self.python_version, *sorted(self.requirements)]
 
     @property
     def asset_salt(self) -> list[str]:
@@ -205,7 +217,7 @@ class PipLayerBundling:
             "--implementation",
             "cp",
             "--python-version",
-            LAMBDA_PYTHON,
+            self.python_version,
             "--only-binary=:all:",
             *self.requirements,
         ]
@@ -231,7 +243,13 @@ class PipLayerBundling:
         return True
 
 
-def core_bundling(root: Path | ProjectSources, cache_dir: Path, *, platform: str = LAMBDA_PLATFORM) -> PipLayerBundling:
+def core_bundling(
+    root: Path | ProjectSources,
+    cache_dir: Path,
+    *,
+    platform: str = LAMBDA_PLATFORM,
+    python_version: str = LAMBDA_PYTHON,
+) -> PipLayerBundling:
     """How the core layer is built (``root`` is the repository, or where the installed package is)."""
     sources = ProjectSources.locate(root)
     package_dir = sources.core_package
@@ -243,12 +261,17 @@ def core_bundling(root: Path | ProjectSources, cache_dir: Path, *, platform: str
         slim=CORE_SLIM,
         cache_dir=cache_dir,
         platform=platform,
+        python_version=python_version,
         name="core layer",
     )
 
 
 def formats_bundling(
-    root: Path | ProjectSources, cache_dir: Path, *, platform: str = LAMBDA_PLATFORM
+    root: Path | ProjectSources,
+    cache_dir: Path,
+    *,
+    platform: str = LAMBDA_PLATFORM,
+    python_version: str = LAMBDA_PYTHON,
 ) -> PipLayerBundling:
     """How the formats layer is built: the ``formats`` extra, pinned for Lambda, slimmed."""
     return PipLayerBundling(
@@ -256,6 +279,7 @@ def formats_bundling(
         slim=FORMATS_SLIM,
         cache_dir=cache_dir,
         platform=platform,
+        python_version=python_version,
         name="formats layer",
     )
 
@@ -269,14 +293,14 @@ def _layer(scope: Construct, source: Path, bundling: PipLayerBundling, descripti
             exclude=["**/__pycache__", "*.egg-info"],
             bundling=BundlingOptions(
                 # Only used if local bundling declined; it never does (try_bundle returns True).
-                image=DockerImage.from_registry("public.ecr.aws/sam/build-python3.11"),
+                image=DockerImage.from_registry(LAMBDA_BUILD_IMAGE),
                 local=bundling,
             ),
             # The asset changes when the packages' source, the requirements or the slimming change.
             asset_hash_type=AssetHashType.CUSTOM,
             asset_hash=bundling.asset_hash(),
         ),
-        compatible_runtimes=[lambda_.Runtime.PYTHON_3_11],
+        compatible_runtimes=[LAMBDA_RUNTIME],
         compatible_architectures=[lambda_.Architecture.ARM_64],
         description=description,
     )

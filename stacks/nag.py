@@ -41,13 +41,12 @@ PREFIX_REASON = (
     "folder, the manifests folder or the mapping's aws/lambda/ on-failure folder); keys below it are made at run time."
 )
 STAR_FUNCTION_REASON = (
-    "Resource '*' only for actions without resource-level permissions: the VPC network interface actions "
-    "Lambda needs (ec2:CreateNetworkInterface/Describe*/Delete*/Assign*/Unassign*), the Kafka mappings' "
-    "ec2:DescribeVpcs/DescribeSecurityGroups (and DescribeSubnets for self-managed brokers in a VPC), "
-    "the Amazon MQ (RabbitMQ) mapping's network interfaces in the broker's VPC (ec2:CreateNetworkInterface/"
-    "DeleteNetworkInterface/DescribeNetworkInterfaces/DescribeSecurityGroups/DescribeSubnets/DescribeVpcs), "
-    "X-Ray's PutTraceSegments/PutTelemetryRecords, and CDK's elasticfilesystem:ClientMount, which is "
-    "conditioned on the staging access point's ARN."
+    "Resource '*' only for the actions stacks/star_actions.py lists, each with its reason, which its "
+    "StarResourceCheck aspect enforces per action (this suppression cannot): EC2's Describe* (no "
+    "resource-level permissions: the Kafka mappings' DescribeVpcs/DescribeSecurityGroups/DescribeSubnets), "
+    "the network interface actions Lambda performs as the role when it places the function, or the Amazon MQ "
+    "(RabbitMQ) mapping's pollers in the broker's VPC (documented by AWS on '*'), and X-Ray's trace actions "
+    "(no resource types)."
 )
 
 
@@ -68,8 +67,9 @@ def apply_nag(scope: IConstruct) -> None:
             _suppress(
                 construct.function,
                 "AwsSolutions-L1",
-                "Pinned to Python 3.11 on purpose: the core layer's wheels are built for cp311, the interpreter "
-                "the test suite runs on; moving the runtime is a deliberate change of both.",
+                "Python 3.13 (Amazon Linux 2023), not 3.14: the layers' wheels are resolved for cp313, and the "
+                "formats layer's pyarrow 20 (the last with manylinux2014 wheels) has none for cp314; moving the "
+                "runtime is a deliberate change of both (stacks/layer.py, LAMBDA_RUNTIME).",
             )
             _suppress(construct.role, "AwsSolutions-IAM5", STAR_FUNCTION_REASON, "Resource::*")
             _suppress(construct.role, "AwsSolutions-IAM5", PREFIX_REASON, ARCHIVE_PREFIX_OBJECTS)

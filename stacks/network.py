@@ -6,14 +6,25 @@ endpoints) and to EFS (NFS); the MSK event source mapping's pollers need STS and
 created VPC reaches through interface endpoints (only made when a stream reads MSK: a Kinesis
 mapping polls from outside the VPC); with a Kinesis stream, the sweeper lists its shards through a
 Kinesis interface endpoint. Nothing needs a NAT gateway or the internet.
+
+No way out: the gateway endpoints' policies admit only this account's buckets
+(``aws:ResourceAccount``) and tables (their ARNs), so a function -- or code that got into one --
+cannot copy the archive to a bucket of another account through them; the functions' HTTPS egress
+goes to the VPC's own range (interface endpoints) and the S3 and DynamoDB prefix lists, not
+0.0.0.0/0, when the prefix lists are known (``network.prefix_list_ids``, or looked up at synth for
+a stack that makes its endpoints and has an account and region; otherwise a synth warning says
+HTTPS may go anywhere -- in a created VPC there is no route to anywhere else). An existing VPC
+whose chosen subnets are not isolated (a NAT gateway or an internet gateway on their routes) is
+warned about.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import Stack, Token
+from aws_cdk import Annotations, Aws, Stack, Token
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
@@ -88,10 +99,23 @@ class NetworkConstruct(Construct):
                     "network.subnet_ids: the subnets must be in different availability zones "
                     "(EFS takes one mount target per zone)"
                 )
+        if settings.vpc_id is not None and self.vpc.vpc_id == settings.vpc_id:
+            isolated = {subnet.subnet_id for subnet in self.vpc.isolated_subnets}
+            routed = sorted(set(self.vpc.select_subnets(**selection).subnet_ids) - isolated)
+            if routed:
+                Annotations.of(self).add_warning_v2(
+                    "tidemark:subnets-not-isolated",
+                    f"network: subnets {', '.join(routed)} of {settings.vpc_id} route to a NAT or internet gateway; "
+                    "Tidemark's functions need neither (isolated subnets with S3/DynamoDB gateway endpoints and "
+                    "STS/Lambda interface endpoints keep the archive's traffic inside AWS)",
+                )
 
         if settings.endpoints:
-            self.vpc.add_gateway_endpoint("S3Endpoint", service=ec2.GatewayVpcEndpointAwsService.S3)
-            self.vpc.add_gateway_endpoint("DynamoDbEndpoint", service=ec2.GatewayVpcEndpointAwsService.DYNAMODB)
+            s3 = self.vpc.add_gateway_endpoint("S3Endpoint", service=ec2.GatewayVpcEndpointAwsService.S3)
+            dynamodb = self.vpc.add_gateway_endpoint(
+                "DynamoDbEndpoint", service=ec2.GatewayVpcEndpointAwsService.DYNAMODB
+            )
+            limit_to_account(s3, dynamodb)
             # The MSK event source mapping's pollers run in the cluster's subnets and call STS and
             # Lambda; interface endpoints keep that traffic inside the VPC. The functions call
             # neither, and a Kinesis mapping's pollers are not in the VPC: without an MSK stream,
@@ -120,11 +144,68 @@ class NetworkConstruct(Construct):
             allow_all_outbound=False,
             description="Tidemark functions: HTTPS to AWS APIs (S3/DynamoDB endpoints), NFS to the staging file system",
         )
-        # Gateway endpoints have no fixed address range to name here (their prefix lists are
-        # per-region lookups), so HTTPS may go anywhere; the route tables keep S3 and DynamoDB
-        # traffic on the endpoints. No other port leaves the functions except NFS to EFS.
-        self.function_security_group.add_egress_rule(ec2.Peer.any_ipv4(), HTTPS, "HTTPS to AWS service endpoints")
+        # Interface endpoints (STS, Lambda, Kinesis) are in the VPC's range; S3 and DynamoDB are
+        # reached through the gateway endpoints, whose addresses are the region's managed prefix
+        # lists. No other port leaves the functions except NFS to EFS (the staging construct's).
+        self.function_security_group.add_egress_rule(
+            ec2.Peer.ipv4(self.vpc.vpc_cidr_block), HTTPS, "HTTPS to interface endpoints in the VPC"
+        )
+        prefix_lists = self._gateway_prefix_lists(settings)
+        if prefix_lists is None:
+            self.function_security_group.add_egress_rule(ec2.Peer.any_ipv4(), HTTPS, "HTTPS to AWS service endpoints")
+            Annotations.of(self).add_warning_v2(
+                "tidemark:egress-anywhere",
+                "network: the functions' HTTPS egress is open to 0.0.0.0/0 because the S3 and DynamoDB prefix lists "
+                "are not known: set network.prefix_list_ids (with an existing VPC, also make sure Kinesis, if a "
+                "stream reads it, has an endpoint in the VPC), or synth a stack that creates its endpoints with an "
+                "account and region so they are looked up",
+            )
+        else:
+            for name, prefix_list in prefix_lists.items():
+                self.function_security_group.add_egress_rule(
+                    ec2.Peer.prefix_list(prefix_list), HTTPS, f"HTTPS to the {name} gateway endpoint"
+                )
+
+    def _gateway_prefix_lists(self, settings: NetworkSettings) -> dict[str, str] | None:
+        """The S3 and DynamoDB prefix list ids: configured; else looked up, when the stack makes
+        the endpoints (then everything else the functions call -- Kinesis for the sweeper -- is an
+        interface endpoint in the VPC's range) and knows its account and region; else None (an
+        existing VPC's own routes decide how the functions reach Kinesis: egress stays open)."""
+        if settings.prefix_list_ids is not None:
+            return {str(name): value for name, value in settings.prefix_list_ids.items()}
+        stack = Stack.of(self)
+        if not settings.endpoints or Token.is_unresolved(stack.account) or Token.is_unresolved(stack.region):
+            return None
+        return {
+            name: ec2.PrefixList.from_lookup(
+                self, f"{name.title()}PrefixList", prefix_list_name=f"com.amazonaws.{stack.region}.{name}"
+            ).prefix_list_id
+            for name in ("s3", "dynamodb")
+        }
 
     @property
     def subnet_ids(self) -> list[str]:
         return list(self.vpc.select_subnets(**self._selection).subnet_ids)
+
+
+def limit_to_account(s3: ec2.GatewayVpcEndpoint, dynamodb: ec2.GatewayVpcEndpoint) -> None:
+    """The gateway endpoints' policies: any action, by anyone in the VPC, on this account's
+    buckets (``aws:ResourceAccount``: S3 ARNs carry no account) and tables (their ARNs) only.
+    The default policy allows every bucket and table of every account."""
+    s3.add_to_policy(
+        iam.PolicyStatement(
+            sid="ThisAccountsBuckets",
+            principals=[iam.AnyPrincipal()],
+            actions=["s3:*"],
+            resources=["*"],
+            conditions={"StringEquals": {"aws:ResourceAccount": Aws.ACCOUNT_ID}},
+        )
+    )
+    dynamodb.add_to_policy(
+        iam.PolicyStatement(
+            sid="ThisAccountsTables",
+            principals=[iam.AnyPrincipal()],
+            actions=["dynamodb:*"],
+            resources=[f"arn:{Aws.PARTITION}:dynamodb:{Aws.REGION}:{Aws.ACCOUNT_ID}:table/*"],
+        )
+    )

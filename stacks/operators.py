@@ -6,14 +6,19 @@ they need against this deployment, with every action named and every resource sc
 
 * ``cloudformation:DescribeStacks`` on this stack: ``--stack-name`` reads the bucket and ledger
   table from the stack's outputs (``ArchiveBucketName``, ``LedgerTableName``).
-* Reading the ledger (``dynamodb:GetItem``, ``dynamodb:Query``): every command.
+* Reading the ledger (``dynamodb:GetItem``, ``dynamodb:Query``): every command, the streams'
+  partitions (states, marks, epochs, recoveries), committed objects, hour marks and partition
+  registry (``OPERATOR_READS``).
 * Writing the ledger (``dynamodb:PutItem``, ``dynamodb:UpdateItem``): ``epoch start`` (the new
   epoch's state and its audit record, one transaction), ``rearchive``'s commit (the object's
   record and the state without the quarantine entry, one transaction) and ``recover``'s claim
   (the partition's recovery item) and finish (the recovery item, each object's record and its
-  hour's mark, one transaction). DynamoDB authorizes a transaction item by item, as these
-  actions. ``replay`` writes nothing: it resumes from what the target topic holds. No Scan, no
-  DeleteItem, no batch writes.
+  hour's mark, one transaction): the streams' partitions, objects and hour marks
+  (``OPERATOR_WRITES``). DynamoDB authorizes a transaction item by item, as these actions.
+  ``replay`` writes nothing: it resumes from what the target topic holds. No Scan, no
+  DeleteItem, no batch writes. Both carry a ``dynamodb:LeadingKeys`` condition
+  (``stacks.grants``): the policy reaches the configured streams' items only, and neither the
+  aggregation job's runs nor the partition registry are written with it.
 * Listing the streams' objects (``s3:ListBucket`` on the bucket, conditioned on the streams'
   ``raw/`` and ``errors/`` prefixes): ``audit`` compares the listing with the ledger.
 * Reading the streams' objects (``s3:GetObject``): ``audit`` and ``replay`` read them (dead
@@ -37,16 +42,19 @@ exactly this policy and fails on a grant the commands need and lack, or hold and
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
+from typing import Any
 
-from aws_cdk import Stack, Token
+from aws_cdk import Annotations, Stack, Token
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
+from stacks.grants import Keys, table_statement
 from tidemark.exceptions import ConfigError
 from tidemark.names import S3_PREFIX, STREAM_NAME
 
@@ -54,6 +62,10 @@ from tidemark.names import S3_PREFIX, STREAM_NAME
 LEDGER_READ_ACTIONS = ("dynamodb:GetItem", "dynamodb:Query")
 #: the ledger writes of ``epoch start``, ``rearchive`` and ``recover`` (conditional writes and transactions)
 LEDGER_WRITE_ACTIONS = ("dynamodb:PutItem", "dynamodb:UpdateItem")
+#: the ledger items the commands read, of every configured stream
+OPERATOR_READS = (Keys.PARTITIONS, Keys.OBJECTS, Keys.HOUR_MARKS, Keys.REGISTRY)
+#: and write: states and epoch records, recoveries (partitions), committed objects, hour marks
+OPERATOR_WRITES = (Keys.PARTITIONS, Keys.OBJECTS, Keys.HOUR_MARKS)
 #: what ``rearchive``'s and ``recover``'s conditional uploads need beyond reading (``s3:GetObject``:
 #: the 412 path)
 OBJECT_WRITE_ACTIONS = ("s3:PutObject", "s3:AbortMultipartUpload")
@@ -61,6 +73,12 @@ OBJECT_WRITE_ACTIONS = ("s3:PutObject", "s3:AbortMultipartUpload")
 POLICY_NAME = r"^[\w+=,.@-]{1,128}$"
 #: the longest region name and more: a name made with a region token must still fit
 REGION_ROOM = 20
+#: IAM's limit on a managed policy's size, in characters without white space (IAM and AWS STS quotas)
+MANAGED_POLICY_CHARS = 6144
+#: what an unresolved value (mostly the bucket's ARN, once per stream and prefix) is taken to add
+#: to the policy's size when it is estimated at synth: a CloudFormation-named bucket's ARN is
+#: about this long (``arn:aws:s3:::`` and a stack-derived name with a random suffix)
+TOKEN_CHARS = 64
 
 
 def operator_policy_name(stack_name: str, region: str) -> str:
@@ -114,11 +132,9 @@ class OperatorAccess(Construct):
                     stack.format_arn(service="cloudformation", resource="stack", resource_name=f"{stack.stack_name}/*")
                 ],
             ),
-            "ReadLedger": iam.PolicyStatement(
-                sid="ReadLedger", actions=list(LEDGER_READ_ACTIONS), resources=[ledger_table.table_arn]
-            ),
-            "WriteLedger": iam.PolicyStatement(
-                sid="WriteLedger", actions=list(LEDGER_WRITE_ACTIONS), resources=[ledger_table.table_arn]
+            "ReadLedger": table_statement(ledger_table, LEDGER_READ_ACTIONS, streams, OPERATOR_READS, sid="ReadLedger"),
+            "WriteLedger": table_statement(
+                ledger_table, LEDGER_WRITE_ACTIONS, streams, OPERATOR_WRITES, sid="WriteLedger"
             ),
             "ListStreamObjects": iam.PolicyStatement(
                 sid="ListStreamObjects",
@@ -144,6 +160,35 @@ class OperatorAccess(Construct):
             "archive; Kafka access is the operator's own cluster credentials",
             statements=list(self.statements.values()),
         )
+        size = estimated_size(stack, list(self.statements.values()))
+        if size > MANAGED_POLICY_CHARS:
+            # Every stream adds its object ARNs, listing prefixes and ledger key patterns.
+            Annotations.of(self).add_warning_v2(
+                "tidemark:operator-policy-size",
+                f"operators: the operator policy is about {size} characters for {len(streams)} streams, above "
+                f"IAM's {MANAGED_POLICY_CHARS} for a managed policy: CloudFormation will refuse it. Split the "
+                "streams over two stacks, or shorten their names",
+            )
+
+
+def estimated_size(stack: Stack, statements: Sequence[iam.PolicyStatement]) -> int:
+    """The policy document's size as IAM counts it (no white space), each value CloudFormation
+    resolves at deploy time taken as ``TOKEN_CHARS`` characters."""
+
+    def concrete(value: Any) -> Any:
+        if isinstance(value, list):
+            return [concrete(item) for item in value]
+        if isinstance(value, dict):
+            if len(value) == 1 and next(iter(value)) == "Fn::Join":
+                separator, parts = value["Fn::Join"]
+                return separator.join(str(concrete(part)) for part in parts)
+            if len(value) == 1 and (next(iter(value)) == "Ref" or next(iter(value)).startswith("Fn::")):
+                return "x" * TOKEN_CHARS
+            return {key: concrete(item) for key, item in value.items()}
+        return value
+
+    document = {"Version": "2012-10-17", "Statement": [stack.resolve(s.to_statement_json()) for s in statements]}
+    return len(json.dumps(concrete(document), separators=(",", ":")).replace(" ", ""))
 
 
 def _validate(*, streams: Sequence[str], raw_prefix: str, errors_prefix: str, policy_name: str) -> None:

@@ -50,7 +50,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from stacks.assets import CORE_LOCAL_ONLY, ShippedPackage, tree_hash, workflow
-from stacks.grants import ArchiveAccess
+from stacks.grants import ArchiveAccess, Keys, grant_ledger, table_statement
 from stacks.observability import NAMESPACE
 from stacks.paths import ProjectSources
 from tidemark.config import TidemarkConfig
@@ -64,6 +64,13 @@ SYNC_RULE = "StepFunctionsGetEventsForEMRServerlessJobRule"
 MAX_PROPERTY_CHARS = 1024
 #: a job run's log streams are named from ``<this>/<stream>`` (EMR Serverless adds the rest)
 LOG_STREAM_PREFIX = "tidemark-aggregate"
+
+
+#: the ledger items the job reads of its streams: hour marks (which hours are dirty), committed
+#: objects (what an hour holds)
+JOB_READS = (Keys.HOUR_MARKS, Keys.OBJECTS)
+#: and writes: hour marks (an hour aggregated, or dirty again), its runs
+JOB_WRITES = (Keys.HOUR_MARKS, Keys.RUNS)
 
 
 def job_log_group_name(stack_name: str) -> str:
@@ -205,10 +212,24 @@ class PipelineConstruct(Construct):
         )
         self._archive_root = f"s3://{access.bucket.bucket_name}" if settings.spark_readers else None
         # The job queries hour marks and committed objects, clears marks (UpdateItem) and records
-        # its run (PutItem); it gets no item by key (tests/integration/test_iam_spark_job.py).
-        ledger_table.grant(self.job_role, "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query")
-        # The sink queries an hour's items, then puts and deletes them in batches.
-        aggregates_table.grant(self.job_role, "dynamodb:Query", "dynamodb:BatchWriteItem")
+        # its run (PutItem); it gets no item by key (tests/integration/test_iam_spark_job.py). Only
+        # its streams' marks, objects and runs (JOB_READS, JOB_WRITES): never a partition's state
+        # (raising a staged offset would make the archiver drop new records as duplicates), nor
+        # a committed object's item.
+        grant_ledger(
+            ledger_table,
+            self.job_role,
+            self.streams,
+            reads=JOB_READS,
+            writes=JOB_WRITES,
+            read_actions=("dynamodb:Query",),
+        )
+        # The sink queries an hour's items, then puts and deletes them in batches: its streams' only.
+        self.job_role.add_to_principal_policy(
+            table_statement(
+                aggregates_table, ["dynamodb:Query", "dynamodb:BatchWriteItem"], self.streams, [Keys.AGGREGATES]
+            )
+        )
         self._grant_reporting(Stack.of(self).stack_name)
 
         self.state_machine = self._state_machine(config, environment)

@@ -69,8 +69,9 @@ MQ_BROKER_ACTIONS = ("mq:DescribeBroker",)
 #: the mapping signs in to RabbitMQ (PLAIN, the only mechanism Lambda supports) with this secret's
 #: ``username`` and ``password``
 MQ_SECRET_ACTIONS = ("secretsmanager:GetSecretValue",)
-#: AWS requires ``Resource: "*"`` for these: the interfaces do not exist before the mapping creates
-#: them, and EC2's Describe* actions have no resource-level permissions.
+#: On ``Resource: "*"``: EC2's Describe* actions have no resource-level permissions; the interface
+#: actions do, but the mapping performs them as the role and AWS documents them on "*"
+#: (``stacks/star_actions.py`` gives each action's reason and checks the stack).
 MQ_NETWORK_ACTIONS = (
     "ec2:CreateNetworkInterface",
     "ec2:DeleteNetworkInterface",

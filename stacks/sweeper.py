@@ -18,6 +18,13 @@ interval, so an execution can outlast its interval and overlap the next one (as 
 schedule twice can, EventBridge being at least once): overlapping steps are two writers on one
 partition, fenced by the ledger.
 
+Its functions serve every stream: they mount the staging file system's root access point
+(``StagingConstruct.mount``, ``/tidemark`` at ``/mnt/staging``), and reach each stream's ledger
+items, each step only the key families it reads and writes (``SWEEPER_KEYS``, a
+``dynamodb:LeadingKeys`` condition on each grant): only SweepPartition, which finishes a
+partition's flushes as the archiver would, writes a partition's state or commits an object; the
+other steps write hour marks and the partition registry only.
+
 SweepPartition renders the objects of idle and resumed flushes, of any stream: when a stream
 needs the formats layer (``needs_format_layer``), that function runs on it too. The other steps
 list, head and record; they keep the core layer only.
@@ -41,7 +48,7 @@ from constructs import Construct
 
 from stacks.assets import workflow
 from stacks.functions import MIN_EPHEMERAL_MB, Placement, TidemarkFunction, spool_mb
-from stacks.grants import ArchiveAccess, grant_ledger
+from stacks.grants import ArchiveAccess, Keys, grant_ledger
 from stacks.layer import needs_format_layer
 from stacks.paths import ProjectSources
 from tidemark.config import TidemarkConfig
@@ -53,6 +60,27 @@ STEPS = {
     "SweepPartition": "sweep_partition",
     "Reconcile": "reconcile",
     "CompleteHours": "complete_hours",
+}
+
+#: What each step reads and writes of every stream's ledger items, by key family: (reads, writes).
+SWEEPER_KEYS: dict[str, tuple[tuple[Keys, ...], tuple[Keys, ...]]] = {
+    # the partitions seen (staging directories), registered
+    "ListPartitions": ((Keys.REGISTRY,), (Keys.REGISTRY,)),
+    # the writer's seal / commit transitions (a resumed flush checks its commit); a queue's
+    # dedupe index rebuilt from the committed objects of its window
+    "SweepPartition": ((Keys.PARTITIONS, Keys.OBJECTS), (Keys.PARTITIONS, Keys.OBJECTS, Keys.HOUR_MARKS)),
+    # hour marks and committed objects against S3, sealed flushes (in flight) from the states of
+    # the partitions it finds (registering new ones, as ListPartitions does); records reconciled hours
+    "Reconcile": (
+        (Keys.HOUR_MARKS, Keys.OBJECTS, Keys.PARTITIONS, Keys.REGISTRY),
+        (Keys.HOUR_MARKS, Keys.REGISTRY),
+    ),
+    # pending hour marks, the partitions (registering new ones, as ListPartitions does) and their
+    # watermarks, the hour's objects for its manifest; records manifests
+    "CompleteHours": (
+        (Keys.HOUR_MARKS, Keys.OBJECTS, Keys.PARTITIONS, Keys.REGISTRY),
+        (Keys.HOUR_MARKS, Keys.REGISTRY),
+    ),
 }
 
 #: ListPartitions' function timeout; also the slack an execution gets for what runs past the
@@ -150,13 +178,15 @@ class SweeperConstruct(Construct):
             reconcile=function("Reconcile", sweep_timeout),
             complete_hours=function("CompleteHours", sweep_timeout),
         )
-        for fn in (
-            self.functions.list_partitions,  # registers partitions
-            self.functions.sweep_partition,  # the writer's seal / commit transitions
-            self.functions.reconcile,  # records reconciled hours
-            self.functions.complete_hours,  # records manifests
+        streams = [stream.name for stream in config.streams]
+        for step, fn in (
+            ("ListPartitions", self.functions.list_partitions),
+            ("SweepPartition", self.functions.sweep_partition),
+            ("Reconcile", self.functions.reconcile),
+            ("CompleteHours", self.functions.complete_hours),
         ):
-            grant_ledger(ledger_table, fn)
+            reads, writes = SWEEPER_KEYS[step]
+            grant_ledger(ledger_table, fn, streams, reads=reads, writes=writes)
         archive = config.archive
         every_stream = [f"{archive.raw_prefix}/{stream.name}" for stream in config.streams]
         dead_letters = [f"{archive.errors_prefix}/{stream.name}" for stream in config.streams]
@@ -164,7 +194,8 @@ class SweeperConstruct(Construct):
         access.put(self.functions.sweep_partition, every_stream + dead_letters)
         # Lists and heads (the checksum is in the object's metadata); never writes or deletes.
         access.read(self.functions.reconcile, every_stream + dead_letters, list_objects=True)
-        # Manifests are written with a plain PutObject (a new key per version of an hour).
+        # Manifests: one key per version of an hour, written with If-None-Match: * (a 412 is taken
+        # as done; the bucket policy refuses an unconditional write), so PutObject alone.
         access.put(self.functions.complete_hours, [config.sweeper.manifests_prefix], conditional=False)
         # Shard lineage of Kinesis streams (tidemark.sweeper.lineage): ListShards on those streams only.
         kinesis_arns = [stream.source.stream_arn for stream in config.streams if stream.source.stream_arn]

@@ -23,16 +23,18 @@ from aws_cdk import App
 from aws_cdk.assertions import Template
 
 from stacks.assets import CORE_LOCAL_ONLY
-from stacks.layer import core_bundling, formats_bundling
+from stacks.layer import LAMBDA_PYTHON, core_bundling, formats_bundling
 from stacks.tidemark_stack import TidemarkStack
 from tests.conftest import Archive
 from tests.support.cdk import REPO, cdk_context, logical_id
 from tidemark.config import TidemarkConfig
 
 LAYER_CACHE = REPO / ".cache" / "layer"
-#: the manylinux tag of this machine, for layers the tests run here
+#: the manylinux tag and Python of this machine, for layers the tests run here
 HOST_PLATFORM = f"manylinux2014_{platform.machine()}"
-#: the glibc of Lambda's python3.11 runtime (Amazon Linux 2)
+HOST_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
+#: the oldest glibc a Lambda Python runtime has (python3.11's Amazon Linux 2; python3.13's Amazon
+#: Linux 2023 has 2.34): the layers' wheels must run on it
 LAMBDA_GLIBC = (2, 26)
 
 
@@ -42,7 +44,9 @@ def host_layer(kind: Literal["core", "formats"], tmp_path_factory: pytest.TempPa
     built = tmp_path_factory.getbasetemp() / f"host-{kind}-layer"
     if not (built / ".built").is_file():
         shutil.rmtree(built, ignore_errors=True)
-        bundling = (core_bundling if kind == "core" else formats_bundling)(REPO, LAYER_CACHE, platform=HOST_PLATFORM)
+        bundling = (core_bundling if kind == "core" else formats_bundling)(
+            REPO, LAYER_CACHE, platform=HOST_PLATFORM, python_version=HOST_PYTHON
+        )
         assert bundling.try_bundle(str(built))
         (built / ".built").touch()
     return built / "python"
@@ -67,6 +71,31 @@ def oldest_glibc(dist_info: Path) -> tuple[int, int] | None:
         else:
             raise AssertionError(f"{dist_info.name}: not a manylinux wheel: {tag}")
     return min(needs)
+
+
+def not_for_lambdas_python(python: Path) -> dict[str, list[str]]:
+    """Wheels in a layer whose tags do not run on the Lambda runtime's Python (``LAMBDA_PYTHON``):
+    each must have a tag for any Python 3 (``py3``), for exactly that CPython (``cp313``), or for
+    the stable ABI of an older one (``cp38-abi3``)."""
+    major, minor = (int(part) for part in LAMBDA_PYTHON.split("."))
+    found = {}
+    for dist in python.glob("*.dist-info"):
+        tags = [
+            line.split(":", 1)[1].strip()
+            for line in (dist / "WHEEL").read_text().splitlines()
+            if line.startswith("Tag:")
+        ]
+
+        def runs(tag: str) -> bool:
+            interpreter, abi, _platform = tag.split("-")
+            if interpreter in ("py3", "py2.py3") or interpreter == f"cp{major}{minor}":
+                return True
+            version = re.fullmatch(rf"cp{major}(\d+)", interpreter)
+            return abi == "abi3" and version is not None and int(version[1]) <= minor
+
+        if not any(runs(tag) for tag in tags):
+            found[dist.name] = tags
+    return found
 
 
 def too_new_for_lambda(python: Path) -> dict[str, tuple[int, int]]:
@@ -117,12 +146,13 @@ def test_layer_holds_the_package_and_its_dependencies_for_arm64(assembly: tuple[
     assert "aws_xray_sdk" in installed  # powertools' tracer extra
     # compiled wheels are the Lambda platform's, not this machine's
     (core,) = list((python / "pydantic_core").glob("_pydantic_core*.so"))
-    assert core.name == "_pydantic_core.cpython-311-aarch64-linux-gnu.so"
+    assert core.name == "_pydantic_core.cpython-313-aarch64-linux-gnu.so"
     assert list((python / "orjson").glob("*aarch64*.so"))
     # zstd, the line formats' default codec: zstandard's C backend, without its unused CFFI one
-    assert list((python / "zstandard").glob("backend_c.cpython-311-aarch64-linux-gnu.so"))
+    assert list((python / "zstandard").glob("backend_c.cpython-313-aarch64-linux-gnu.so"))
     assert not list((python / "zstandard").glob("*cffi*"))
     assert not too_new_for_lambda(python)
+    assert not not_for_lambdas_python(python)  # resolved for the runtime's Python, not this machine's
     # the example's one stream writes zstd JSON lines: no formats layer
     assert stack.formats_layer is None
 

@@ -26,7 +26,13 @@ from aws_cdk.assertions import Template
 
 from stacks.layer import LAMBDA_UNZIPPED_LIMIT, formats_bundling, tree_size
 from stacks.tidemark_stack import TidemarkStack
-from tests.integration.test_core_layer import HOST_PLATFORM, LAYER_CACHE, host_layer, too_new_for_lambda
+from tests.integration.test_core_layer import (
+    HOST_PLATFORM,
+    LAYER_CACHE,
+    host_layer,
+    not_for_lambdas_python,
+    too_new_for_lambda,
+)
 from tests.support.cdk import REPO, cdk_context, logical_id, with_changes
 from tidemark.config import TidemarkConfig
 
@@ -104,19 +110,20 @@ def test_the_formats_layer_is_slimmed_for_arm64(assembly: tuple[TidemarkStack, P
     print(f"formats layer: {before / MB:.1f} MiB installed, {after / MB:.1f} MiB slimmed")
     assert after < before - 30 * MB  # ~36 MiB left out (pyarrow 20)
     pyarrow = python / "pyarrow"
-    assert (pyarrow / "lib.cpython-311-aarch64-linux-gnu.so").is_file()
-    assert list(pyarrow.glob("_parquet.cpython-311-aarch64-linux-gnu.so"))
+    assert (pyarrow / "lib.cpython-313-aarch64-linux-gnu.so").is_file()
+    assert list(pyarrow.glob("_parquet.cpython-313-aarch64-linux-gnu.so"))
     assert list(pyarrow.glob("libarrow.so.*")) and list(pyarrow.glob("libparquet.so.*"))
     assert not (python / "zstandard").exists()  # the core layer's
-    assert list((python / "fastavro").glob("_write.cpython-311-aarch64-linux-gnu.so"))
-    assert list((python / "cramjam").glob("cramjam.cpython-311-aarch64-linux-gnu.so"))
+    assert list((python / "fastavro").glob("_write.cpython-313-aarch64-linux-gnu.so"))
+    assert list((python / "cramjam").glob("cramjam.cpython-313-aarch64-linux-gnu.so"))
     for gone in ("include", "includes", "src", "tests", "flight.py", "substrait.py"):
         assert not (pyarrow / gone).exists(), gone
     for pattern in ("libarrow_flight*", "_flight*", "_substrait*", "*.pyx", "*.pxd", "*.pxi", "*.h", "*.cc"):
         assert not list(python.rglob(pattern)), pattern
     assert not (python / "bin").exists() and not list(python.rglob("__pycache__"))
-    # every wheel runs on Lambda's Amazon Linux 2 (glibc 2.26): no manylinux_2_28-only wheel
+    # every wheel runs on Lambda's oldest glibc (Amazon Linux 2's 2.26), and on the runtime's Python
     assert not too_new_for_lambda(python)
+    assert not not_for_lambdas_python(python)
     assert "pyarrow-20." in " ".join(p.name for p in python.glob("pyarrow-*.dist-info"))
     # Lambda extracts every layer into /opt: the two must not hold the same paths
     assert not {p.name for p in python.iterdir()} & {p.name for p in core.iterdir()}

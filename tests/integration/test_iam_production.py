@@ -30,7 +30,18 @@ from tests.support.harness import (
     small_config,
     small_config_data,
 )
-from tests.support.iam import IamArchive, IamServer, Step, TemplateGrants, Use, allowed_reason, granted, unused_grants
+from tests.support.iam import (
+    IamArchive,
+    IamServer,
+    RoleSession,
+    Step,
+    TemplateGrants,
+    Use,
+    allowed_reason,
+    granted,
+    unused_grants,
+    unused_leading_keys,
+)
 from tests.support.queue_model import QueueModel, publish_orders, rabbitmq_source
 from tests.support.workload import make_orders
 from tidemark.archiver import Archiver
@@ -402,3 +413,49 @@ def test_a_queue_archives_and_resumes_flushes_under_the_templates_roles(iam_serv
     model.drain(45)
     again = verify_messages(archive.s3, archive.bucket, "orders", published.expected, config=config.streams[0])
     assert (again.lost, again.duplicated, again.unexpected) == ([], [], []), again.summary()
+
+
+#: LeadingKeys patterns a role holds that the lifecycle does not use ("read" or "write", pattern),
+#: and why each is there
+UNUSED_LEADING_KEYS: dict[str, dict[tuple[str, str], str]] = {
+    "sweep_partition": {
+        ("read", "HOUR#orders#*"): "a flush whose object is recorded although its state says pending "
+        "(PartitionWriter._commit_recorded), and a queue's dedupe index rebuilt from the committed objects "
+        "(test_a_queue_archives_and_resumes_flushes_under_the_templates_roles); test_iam_leading_keys.py runs both",
+    },
+    "reconcile": {
+        ("read", "PART#orders#*"): "the sealed flushes of the partitions it found, when an hour's folder holds an "
+        "object the ledger does not (here none was registered); test_iam_leading_keys.py plants one",
+        ("write", "STREAM#orders"): "registers a partition it finds first (discover), as ListPartitions does",
+    },
+    "complete_hours": {
+        ("read", "PART#orders#*"): "the watermarks of the registered partitions (here ListPartitions ran before "
+        "any partition had staged, so none was registered); test_iam_leading_keys.py reads them",
+        ("write", "STREAM#orders"): "registers a partition it finds first (discover), as ListPartitions does",
+    },
+}
+
+
+def unused_keys_of(role: RoleSession) -> set[tuple[str, str]]:
+    """A role's LeadingKeys patterns no request of its used, by the statement's kind."""
+    return {
+        ("read" if set(actions) <= {"dynamodb:GetItem", "dynamodb:Query"} else "write", pattern)
+        for actions, pattern in unused_leading_keys(role.statements, role.requests)
+    }
+
+
+def test_every_ledger_request_is_within_the_roles_leading_keys(lifecycle: Lifecycle) -> None:
+    """moto ignores ``dynamodb:LeadingKeys``; each role's clients evaluate it before a call is sent
+    (``tests.support.iam.LeadingKeysEvaluator``, a stand-in for AWS's evaluation), so a step whose
+    request reached another family's or another stream's items failed above with
+    AccessDeniedException. Here: the lifecycle's requests, every one allowed, named only this
+    stream's keys; and each pattern a role holds was used, or has a reason. (The suite's harness
+    helpers run as the archiver: its patterns' use is not all its own code's.)"""
+    archive = lifecycle.archive
+    unused: dict[str, set[tuple[str, str]]] = {}
+    for name, role in archive.roles.items():
+        assert role.denied == [], f"{name}: {role.denied}"
+        keys = {key for request in role.requests for key in request.leading_keys}
+        assert keys and all("#orders" in key for key in keys), (name, keys)
+        unused[name] = unused_keys_of(role)
+    assert unused == {name: set(UNUSED_LEADING_KEYS.get(name, {})) for name in archive.roles}

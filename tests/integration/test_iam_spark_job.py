@@ -79,6 +79,7 @@ from tests.support.iam import (
     granted,
     iam_actions,
     unused_grants,
+    unused_leading_keys,
 )
 from tests.support.workload import Workload, make_orders
 from tidemark.config import TidemarkConfig
@@ -488,3 +489,18 @@ def test_every_job_grant_is_used_by_the_job_or_by_aws_with_a_reason(aggregated: 
     unexplained = sorted(grant for grant, why in report.items() if why is None)
     assert unexplained == [], "\n".join(f"{grant.action} on {grant.resource}" for grant in unexplained)
     assert set(reasons) <= grants  # every explanation is for a grant the template holds
+
+
+def test_every_ledger_and_aggregates_request_of_the_job_is_within_its_leading_keys(aggregated: Aggregated) -> None:
+    """The job's table grants carry ``dynamodb:LeadingKeys`` conditions (its streams' hour marks,
+    committed objects and runs; their aggregates), which moto ignores: the role's clients (the
+    ledger's and the sink's, from the role's session) evaluate them before a call is sent
+    (``tests.support.iam.LeadingKeysEvaluator``, standing in for AWS), so a run reaching a
+    partition's state or another stream's items would have failed above. Every request of the
+    real run was allowed, named its stream only, and each pattern was used."""
+    role = aggregated.role
+    assert role.requests and role.denied == []
+    keys = {key for request in role.requests for key in request.leading_keys}
+    assert {key.split("#")[0] for key in keys} == {"HOURS", "HOUR", "RUNS", "AGG"}
+    assert {key.split("#")[1] for key in keys} == {STREAM}
+    assert unused_leading_keys(aggregated.statements, role.requests) == set()

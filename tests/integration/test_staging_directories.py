@@ -61,3 +61,19 @@ def test_the_runtime_refuses_a_staging_root_that_is_not_there(tmp_path: Path) ->
     }
     with pytest.raises(ConfigError, match="not-mounted is not a directory: is the EFS access point mounted"):
         Runtime.from_env(environ)
+
+
+def test_the_runtime_refuses_an_archiver_whose_stream_access_point_is_not_mounted(tmp_path: Path) -> None:
+    """An archiver's staging root is ``/mnt``, which exists whether or not its stream's access
+    point is mounted at ``/mnt/<stream>``: the mount is checked itself (``TIDEMARK_STAGING_MOUNT``)."""
+    environ = {
+        "TIDEMARK_BUCKET": "b",
+        "TIDEMARK_LEDGER_TABLE": "t",
+        "TIDEMARK_STAGING_ROOT": str(tmp_path),
+        "TIDEMARK_STAGING_MOUNT": str(tmp_path / "orders"),
+        "TIDEMARK_CONFIG": str(Path(__file__).resolve().parents[2] / "config" / "tidemark.yaml"),
+    }
+    with pytest.raises(ConfigError, match=r"TIDEMARK_STAGING_MOUNT=.*/orders is not a directory: is the EFS access"):
+        Runtime.from_env(environ)
+    (tmp_path / "orders").mkdir()
+    assert Runtime.from_env(environ).staging is not None

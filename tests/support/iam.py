@@ -17,6 +17,15 @@ closes that gap for the archive's own functions:
    actions AWS authorizes (:func:`iam_actions`); a test compares them with the role's grants, so a
    grant no code path uses is reported against :data:`ALLOWED_UNUSED` and its reasons.
 
+4. **What moto cannot evaluate, evaluated here.** ``dynamodb:LeadingKeys`` (every ledger and
+   aggregates grant carries one): moto ignores a ``ForAllValues:StringLike`` condition, so every
+   DynamoDB call a role's clients make is checked in the client, before it is sent, by
+   :class:`LeadingKeysEvaluator` -- a stand-in for AWS's evaluation of that condition key, not
+   AWS itself -- against the role's statements: the items the call reaches (:func:`item_requests`)
+   are its leading keys, a request no statement allows is refused as AWS refuses it (a 400
+   ``AccessDeniedException``), and every request is recorded (``RoleSession.requests``), so a
+   test can also show each pattern used (:func:`unused_leading_keys`).
+
 What moto cannot evaluate, and is asserted on the template instead (``CANNOT_EVALUATE``).
 """
 
@@ -26,17 +35,19 @@ import json
 import re
 import urllib.request
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import boto3
+from botocore.awsrequest import AWSResponse, HTTPHeaders
 from botocore.config import Config
 
 from tests.conftest import Archive, make_archive
 from tidemark.config import TidemarkConfig
 from tidemark.faults import CrashPoints
+from tidemark.ledger.dynamodb import pk_sk_table_schema
 from tidemark.runtime import Runtime
 
 ACCOUNT = "123456789012"
@@ -73,8 +84,13 @@ ALLOWED_UNUSED: tuple[tuple[str, str, str], ...] = (
 CANNOT_EVALUATE = (
     "StringLike s3:prefix on s3:ListBucket (ListObjectsV2 is allowed here whatever its prefix)",
     "StringEquals elasticfilesystem:AccessPointArn (no EFS here)",
-    "bucket policy conditions (aws:SecureTransport, s3:x-amz-server-side-encryption*)",
+    "the EFS file system policy (no mount without an access point, TLS only, no root access)",
+    "bucket policy conditions: aws:SecureTransport asserted on the template; s3:if-none-match,"
+    " s3:ObjectCreationOperation and aws:PrincipalArn of the overwrite and delete denies evaluated per request"
+    " by test_bucket_policy_writes.py's evaluator (a stand-in for AWS's)",
     "KMS key policies and grants (moto does not authorize KMS use by S3)",
+    "ForAllValues:StringLike dynamodb:LeadingKeys: asserted on the template, and evaluated in the role's"
+    " clients by LeadingKeysEvaluator (a stand-in for AWS's evaluation; moto ignores the condition)",
 )
 
 _S3_ACTIONS = {
@@ -250,6 +266,234 @@ def allowed_reason(grant: Use) -> str | None:
     )
 
 
+# --- dynamodb:LeadingKeys, evaluated as AWS would ----------------------------------------------
+
+#: the partition key of every Tidemark table (the ledger's and the aggregates', ``pk_sk_table_schema``)
+(HASH_KEY,) = [key["AttributeName"] for key in pk_sk_table_schema("any")["KeySchema"] if key["KeyType"] == "HASH"]
+LEADING_KEYS = "dynamodb:LeadingKeys"
+#: the condition operators :class:`LeadingKeysEvaluator` evaluates on ``dynamodb:LeadingKeys``
+_SET_OPERATORS = {
+    "ForAllValues:StringLike",
+    "ForAllValues:StringEquals",
+    "ForAnyValue:StringLike",
+    "ForAnyValue:StringEquals",
+}
+
+
+class CannotEvaluate(Exception):
+    """A request or a statement the evaluator does not know how to judge: a test error, never an
+    answer either way (an index's keys, a condition on another key, a policy variable)."""
+
+
+@dataclass(frozen=True, order=True)
+class ItemRequest:
+    """One authorization DynamoDB makes for a call: an action on a table, with the partition keys
+    (``dynamodb:LeadingKeys``) of the items it reaches -- none for a Scan."""
+
+    action: str
+    resource: str
+    leading_keys: tuple[str, ...]
+
+
+def _hash_key_value(key: Mapping[str, Any], where: str) -> str:
+    value = key.get(HASH_KEY)
+    if not isinstance(value, Mapping) or not isinstance(value.get("S"), str):
+        raise CannotEvaluate(f"{where}: no string {HASH_KEY!r} in {dict(key)!r}")
+    return str(value["S"])
+
+
+def _query_partition_key(params: Mapping[str, Any]) -> str:
+    """The partition key a Query names: the equality on the hash key in its key condition."""
+    if params.get("IndexName"):
+        # a query of an index reaches the index's partition key, which LeadingKeys then names
+        raise CannotEvaluate(f"Query of index {params['IndexName']}: its leading keys are the index's (none here)")
+    if "KeyConditions" in params:  # the legacy form
+        condition = params["KeyConditions"].get(HASH_KEY, {})
+        (value,) = condition.get("AttributeValueList", [None])
+        return _hash_key_value({HASH_KEY: value}, "Query KeyConditions")
+    expression = str(params.get("KeyConditionExpression", ""))
+    names = params.get("ExpressionAttributeNames", {})
+    values = params.get("ExpressionAttributeValues", {})
+    found = []
+    for left, right in re.findall(r"([#:]?\w+)\s*=\s*([#:]?\w+)", expression):
+        name, placeholder = (left, right) if right.startswith(":") else (right, left)
+        if names.get(name, name) == HASH_KEY and placeholder.startswith(":"):
+            found.append(_hash_key_value({HASH_KEY: values.get(placeholder)}, f"Query {expression!r}"))
+    if len(found) != 1:
+        raise CannotEvaluate(f"Query {expression!r}: no single equality on {HASH_KEY!r}")
+    return found[0]
+
+
+def item_requests(operation: str, params: Mapping[str, Any]) -> list[ItemRequest]:
+    """The authorizations DynamoDB makes for one call (wire-format ``params``, typed values), each
+    with its leading keys: a transaction's items one by one, as their own actions (Using IAM with
+    DynamoDB transactions); a batch per table, with every item's key; a Query its partition key;
+    a Scan none."""
+    table = f"arn:{PARTITION}:dynamodb:{REGION}:{ACCOUNT}:table/"
+    if operation in ("GetItem", "UpdateItem", "DeleteItem"):
+        key = _hash_key_value(params.get("Key", {}), operation)
+        return [ItemRequest(f"dynamodb:{operation}", table + params["TableName"], (key,))]
+    if operation == "PutItem":
+        key = _hash_key_value(params.get("Item", {}), operation)
+        return [ItemRequest("dynamodb:PutItem", table + params["TableName"], (key,))]
+    if operation == "Query":
+        return [ItemRequest("dynamodb:Query", table + params["TableName"], (_query_partition_key(params),))]
+    if operation == "TransactWriteItems":
+        requests = []
+        for item in params["TransactItems"]:
+            ((kind, body),) = item.items()
+            action = _TRANSACT_ITEMS[kind]
+            key = _hash_key_value(body["Item"] if kind == "Put" else body["Key"], f"TransactWriteItems {kind}")
+            requests.append(ItemRequest(f"dynamodb:{action}", table + body["TableName"], (key,)))
+        return requests
+    if operation == "TransactGetItems":
+        return [
+            ItemRequest(
+                "dynamodb:GetItem",
+                table + item["Get"]["TableName"],
+                (_hash_key_value(item["Get"]["Key"], "TransactGetItems"),),
+            )
+            for item in params["TransactItems"]
+        ]
+    if operation == "BatchWriteItem":
+        requests = []
+        for name, writes in params["RequestItems"].items():
+            keys = [
+                _hash_key_value(
+                    write["PutRequest"]["Item"] if "PutRequest" in write else write["DeleteRequest"]["Key"], operation
+                )
+                for write in writes
+            ]
+            requests.append(ItemRequest("dynamodb:BatchWriteItem", table + name, tuple(keys)))
+        return requests
+    if operation == "BatchGetItem":
+        return [
+            ItemRequest(
+                "dynamodb:BatchGetItem",
+                table + name,
+                tuple(_hash_key_value(key, operation) for key in reads["Keys"]),
+            )
+            for name, reads in params["RequestItems"].items()
+        ]
+    # Scan, and the calls that name no item (DescribeTable, ...): no leading keys at all
+    return [ItemRequest(f"dynamodb:{operation}", table + str(params.get("TableName", "*")), ())]
+
+
+def _like(pattern: str, value: str) -> bool:
+    """IAM's ``StringLike``: ``*`` any run of characters, ``?`` any one, case-sensitive."""
+    if "${" in pattern:
+        raise CannotEvaluate(f"policy variable in {pattern!r}")
+    translated = "".join(".*" if char == "*" else "." if char == "?" else re.escape(char) for char in pattern)
+    return re.fullmatch(translated, value, flags=re.DOTALL) is not None
+
+
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+class LeadingKeysEvaluator:
+    """Stands in for AWS's evaluation of a role's identity policy on DynamoDB requests, for what
+    moto does not evaluate: the ``dynamodb:LeadingKeys`` condition. Not AWS: it knows the
+    statements' ``Action``, ``Resource`` (with ``*`` wildcards), ``Effect`` and the ``ForAllValues``
+    and ``ForAnyValue`` forms of ``StringLike`` and ``StringEquals`` on ``dynamodb:LeadingKeys``,
+    and refuses to judge (:class:`CannotEvaluate`) a statement that applies to a request with any
+    other condition, ``NotAction`` or ``NotResource``.
+
+    As in AWS: a request is allowed when an Allow statement applies to it and none of the Deny
+    statements does; ``ForAllValues`` is true of a request with no leading keys (a Scan), so a
+    Scan granted with such a condition reads every item; ``ForAnyValue`` is false of it."""
+
+    def __init__(self, statements: Sequence[Mapping[str, Any]]) -> None:
+        self.statements = [statement for statement in statements if self._dynamodb(statement)]
+
+    @staticmethod
+    def _dynamodb(statement: Mapping[str, Any]) -> bool:
+        if "NotAction" in statement or "NotResource" in statement:
+            raise CannotEvaluate(f"NotAction/NotResource in {dict(statement)!r}")
+        return any(_matches(action.split(":", 1)[0], "dynamodb") for action in _listed(statement["Action"]))
+
+    def applies(self, statement: Mapping[str, Any], request: ItemRequest) -> bool:
+        """Do the statement's action, resource and conditions all hold for the request?"""
+        if not any(_matches(action, request.action) for action in _listed(statement["Action"])):
+            return False
+        if not any(_matches(resource, request.resource) for resource in _listed(statement.get("Resource", "*"))):
+            return False
+        for operator, keys in statement.get("Condition", {}).items():
+            for key, patterns in keys.items():
+                if key != LEADING_KEYS or operator not in _SET_OPERATORS:
+                    raise CannotEvaluate(f"condition {operator} {key} on {request.action}")
+                if not self._holds(operator, _listed(patterns), request.leading_keys):
+                    return False
+        return True
+
+    @staticmethod
+    def _holds(operator: str, patterns: list[str], values: tuple[str, ...]) -> bool:
+        def one(value: str) -> bool:
+            if operator.endswith("StringLike"):
+                return any(_like(pattern, value) for pattern in patterns)
+            return value in patterns
+
+        if operator.startswith("ForAllValues:"):
+            return all(one(value) for value in values)  # vacuously true without keys
+        return any(one(value) for value in values)
+
+    def allows(self, request: ItemRequest) -> bool:
+        deny = any(s.get("Effect") == "Deny" and self.applies(s, request) for s in self.statements)
+        return not deny and any(s.get("Effect") == "Allow" and self.applies(s, request) for s in self.statements)
+
+
+def leading_keys_of(statement: Mapping[str, Any]) -> list[str]:
+    """The ``dynamodb:LeadingKeys`` patterns of a statement's condition (any operator), or []."""
+    return [
+        pattern
+        for keys in statement.get("Condition", {}).values()
+        for key, patterns in keys.items()
+        if key == LEADING_KEYS
+        for pattern in _listed(patterns)
+    ]
+
+
+def unused_leading_keys(
+    statements: Sequence[Mapping[str, Any]], requests: Iterable[ItemRequest]
+) -> set[tuple[tuple[str, ...], str]]:
+    """The (actions, pattern) pairs of the Allow statements' LeadingKeys no allowed request used:
+    a pattern is used when a request the statement applies to has a leading key it matches."""
+    evaluator = LeadingKeysEvaluator(statements)
+    made = [request for request in requests if evaluator.allows(request)]
+    unused = set()
+    for statement in evaluator.statements:
+        if statement.get("Effect") != "Allow":
+            continue
+        applying = [request for request in made if evaluator.applies(statement, request)]
+        for pattern in leading_keys_of(statement):
+            if not any(_like(pattern, key) for request in applying for key in request.leading_keys):
+                unused.add((tuple(_listed(statement["Action"])), pattern))
+    return unused
+
+
+def access_denied(
+    request: ItemRequest, role: str, evaluator: LeadingKeysEvaluator
+) -> tuple[AWSResponse, dict[str, Any]]:
+    """DynamoDB's refusal (a 400 ``AccessDeniedException``), as the client would parse it; the
+    message says whether a statement would allow the action but for its LeadingKeys condition."""
+    unconditioned = [{k: v for k, v in s.items() if k != "Condition"} for s in evaluator.statements]
+    why = (
+        "its dynamodb:LeadingKeys condition does not hold"
+        if LeadingKeysEvaluator(unconditioned).allows(request)
+        else "no statement allows the action on the table"
+    )
+    message = (
+        f"User: arn:{PARTITION}:sts::{ACCOUNT}:assumed-role/{role} is not authorized to perform: "
+        f"{request.action} on resource: {request.resource}: {why} (leading keys {list(request.leading_keys)}; "
+        "judged by tests.support.iam.LeadingKeysEvaluator, standing in for AWS)"
+    )
+    parsed = {
+        "Error": {"Code": "AccessDeniedException", "Message": message},
+        "ResponseMetadata": {"HTTPStatusCode": 400, "HTTPHeaders": {}},
+    }
+    return AWSResponse(f"https://dynamodb.{REGION}.amazonaws.com/", 400, HTTPHeaders(), None), parsed
+
+
 @dataclass
 class Step:
     """One code path run under a role: what it returned, or the error it raised (a test of that
@@ -275,13 +519,36 @@ class Step:
 
 @dataclass
 class RoleSession:
-    """A role's assumed credentials, and every IAM authorization its clients' calls needed."""
+    """A role's assumed credentials, and every IAM authorization its clients' calls needed.
+
+    Every DynamoDB call made with ``session`` (a client of :meth:`client`, or any client or
+    resource made from the session) is judged before it is sent by a :class:`LeadingKeysEvaluator`
+    of ``statements``: refused as AWS would refuse it (``AccessDeniedException``) when no statement
+    allows one of its item requests, and recorded either way (``requests``; the refused ones in
+    ``denied`` too)."""
 
     name: str
     statements: list[dict[str, Any]]
     session: boto3.Session
     endpoint: str
     uses: set[Use] = field(default_factory=set)
+    requests: list[ItemRequest] = field(default_factory=list)
+    denied: list[ItemRequest] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        evaluator = LeadingKeysEvaluator(self.statements)
+
+        def judge(model: Any, params: dict[str, Any], **_: Any) -> tuple[AWSResponse, dict[str, Any]] | None:
+            body = params.get("body") or b"{}"
+            requests = item_requests(model.name, json.loads(body))
+            self.requests.extend(requests)
+            refused = [request for request in requests if not evaluator.allows(request)]
+            self.denied.extend(refused)
+            return access_denied(refused[0], self.name, evaluator) if refused else None
+
+        # on the session: clients and resources made from it later (boto3 copies its handlers)
+        # (a before-call handler's answer replaces the call: botocore's stubs type it as None)
+        self.session.events.register("before-call.dynamodb", cast(Callable[..., None], judge))
 
     def client(self, service: str) -> Any:
         client = self.session.client(

@@ -75,12 +75,22 @@ def test_the_policy_grants_what_the_operator_commands_do(synthesized: tuple[Tide
             "Effect": "Allow",
             "Action": ["dynamodb:GetItem", "dynamodb:Query"],
             "Resource": {"Fn::GetAtt": [table, "Arn"]},
+            # the configured streams' items only (stacks.grants): states, objects, marks, registry
+            "Condition": {
+                "ForAllValues:StringLike": {
+                    "dynamodb:LeadingKeys": ["PART#orders#*", "HOUR#orders#*", "HOURS#orders", "STREAM#orders"]
+                }
+            },
         },
         "WriteLedger": {
             "Sid": "WriteLedger",
             "Effect": "Allow",
             "Action": ["dynamodb:PutItem", "dynamodb:UpdateItem"],
             "Resource": {"Fn::GetAtt": [table, "Arn"]},
+            # never the registry (the sweeper's) nor the aggregation runs (the job's)
+            "Condition": {
+                "ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["PART#orders#*", "HOUR#orders#*", "HOURS#orders"]}
+            },
         },
         "ListStreamObjects": {
             "Sid": "ListStreamObjects",

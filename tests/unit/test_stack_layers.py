@@ -104,7 +104,7 @@ def test_a_parquet_stream_and_the_sweeper_run_on_both_layers(example_config: Tid
     for fn in (sweeper.list_partitions, sweeper.reconcile, sweeper.complete_hours):
         assert layers_of(template, fn) == [core]  # list, head and record: no rendering
     layer = template.to_json()["Resources"][logical_id(stack.formats_layer)]["Properties"]
-    assert (layer["CompatibleRuntimes"], layer["CompatibleArchitectures"]) == (["python3.11"], ["arm64"])
+    assert (layer["CompatibleRuntimes"], layer["CompatibleArchitectures"]) == (["python3.13"], ["arm64"])
     assert layer["Description"].startswith("tidemark object formats (Parquet, Avro, CSV): pyarrow, fastavro, cramjam")
     assert "manylinux2014_aarch64" in layer["Description"]
     assert len(layer["Description"]) <= 256  # Lambda's limit

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from aws_cdk.assertions import Capture, Match, Template
 
+from stacks import star_actions
 from stacks.functions import spool_mb
 from stacks.pipeline import IMAGE_PYTHON
 from stacks.source import consumer_group_id
@@ -88,18 +89,18 @@ def test_event_source_mapping_feeds_the_stream_function_from_its_topic(
     )
     archiver = tidemark_functions(template)[logical_id(fn)]
     assert archiver["Handler"] == ARCHIVER_HANDLER
-    assert (archiver["Runtime"], archiver["Architectures"]) == ("python3.11", ["arm64"])
+    assert (archiver["Runtime"], archiver["Architectures"]) == ("python3.13", ["arm64"])
     assert (archiver["Timeout"], archiver["MemorySize"]) == (300, 2048)
     assert archiver["Timeout"] < 14 * 60  # below the Kafka ESM's invocation limit
     # /tmp holds one rendered object of up to flush.max_bytes (64 MiB) twice over, plus the default
     assert archiver["EphemeralStorage"] == {"Size": 2 * 64 + 512}
 
 
-def test_every_function_runs_on_the_core_layer_for_arm64_python_311(stack: TidemarkStack, template: Template) -> None:
+def test_every_function_runs_on_the_core_layer_for_arm64_python_313(stack: TidemarkStack, template: Template) -> None:
     layer_id = logical_id(stack.core_layer)
     template.has_resource_properties(
         "AWS::Lambda::LayerVersion",
-        {"CompatibleRuntimes": ["python3.11"], "CompatibleArchitectures": ["arm64"]},
+        {"CompatibleRuntimes": ["python3.13"], "CompatibleArchitectures": ["arm64"]},
     )
     functions = tidemark_functions(template)
     assert len(functions) == 5  # the archiver of the one stream and the four sweeper steps
@@ -122,12 +123,21 @@ def test_the_spark_image_is_the_one_the_stack_runs() -> None:
 
 
 def test_every_function_mounts_the_staging_access_point(stack: TidemarkStack, template: Template) -> None:
-    access_point = logical_id(stack.staging.access_point)
-    for fn in tidemark_functions(template).values():
+    """The sweeper's steps mount the root access point at /mnt/staging; the archiver its stream's
+    at /mnt/orders, under its staging root /mnt (tests/unit/test_staging_access_points.py)."""
+    root = logical_id(stack.staging.access_point)
+    own = logical_id(stack.staging.stream_access_points["orders"])
+    archiver = logical_id(stack.archiver.functions["orders"])
+    for lid, fn in tidemark_functions(template).items():
         (mount,) = fn["FileSystemConfigs"]
-        assert mount["LocalMountPath"] == STAGING_MOUNT == "/mnt/staging"
-        assert access_point in json.dumps(mount["Arn"])
-        assert fn["Environment"]["Variables"]["TIDEMARK_STAGING_ROOT"] == STAGING_MOUNT
+        variables = fn["Environment"]["Variables"]
+        if lid == archiver:
+            assert (mount["LocalMountPath"], variables["TIDEMARK_STAGING_ROOT"]) == ("/mnt/orders", "/mnt")
+            assert own in json.dumps(mount["Arn"]) and root not in json.dumps(mount["Arn"])
+        else:
+            assert mount["LocalMountPath"] == STAGING_MOUNT == "/mnt/staging"
+            assert root in json.dumps(mount["Arn"])
+            assert variables["TIDEMARK_STAGING_ROOT"] == STAGING_MOUNT
 
 
 def test_access_point_pins_a_posix_user_and_root_directory(template: Template) -> None:
@@ -162,32 +172,8 @@ def test_functions_get_the_bucket_ledger_and_runtime_config(
 
 # --- IAM -------------------------------------------------------------------------------------
 
-#: actions AWS offers no resource-level permissions for, the only ones allowed on "*"
-STAR_ACTIONS = {
-    # Lambda in a VPC (network interfaces) and the MSK mapping's network lookups
-    "ec2:CreateNetworkInterface",
-    "ec2:DescribeNetworkInterfaces",
-    "ec2:DescribeSubnets",
-    "ec2:DeleteNetworkInterface",
-    "ec2:AssignPrivateIpAddresses",
-    "ec2:UnassignPrivateIpAddresses",
-    "ec2:DescribeVpcs",
-    "ec2:DescribeSecurityGroups",
-    # X-Ray tracing
-    "xray:PutTraceSegments",
-    "xray:PutTelemetryRecords",
-    "xray:GetSamplingRules",
-    "xray:GetSamplingTargets",
-    # Step Functions log delivery to CloudWatch Logs
-    "logs:CreateLogDelivery",
-    "logs:GetLogDelivery",
-    "logs:UpdateLogDelivery",
-    "logs:DeleteLogDelivery",
-    "logs:ListLogDeliveries",
-    "logs:PutResourcePolicy",
-    "logs:DescribeResourcePolicies",
-    "logs:DescribeLogGroups",
-}
+#: the only actions allowed on "*" (each with its reason there)
+STAR_ACTIONS = set(star_actions.STAR_ACTIONS)
 
 
 def listed(value: Any) -> list[Any]:
@@ -303,7 +289,7 @@ def test_both_buckets_are_tls_only(template: Template) -> None:
         for policy in policies.values()
         for statement in policy["Properties"]["PolicyDocument"]["Statement"]
         if statement["Effect"] == "Deny"
-        and statement["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+        and statement.get("Condition") == {"Bool": {"aws:SecureTransport": "false"}}
         and statement["Principal"] == {"AWS": "*"}
     }
     assert tls_only == buckets and len(buckets) == 2
@@ -325,14 +311,23 @@ def test_created_vpc_has_isolated_subnets_and_endpoints_only(template: Template)
 
 def test_function_security_group_allows_only_https_and_nfs(stack: TidemarkStack, template: Template) -> None:
     group = template.find_resources("AWS::EC2::SecurityGroup")[logical_id(stack.network.function_security_group)]
+    # environment-agnostic: the prefix lists are unknown, so HTTPS also goes anywhere (a synth
+    # warning; tests/unit/test_stack_network_policies.py limits it)
     assert group["Properties"]["SecurityGroupEgress"] == [
+        {
+            "CidrIp": {"Fn::GetAtt": [logical_id(stack.network.vpc), "CidrBlock"]},  # type: ignore[arg-type]
+            "Description": "HTTPS to interface endpoints in the VPC",
+            "FromPort": 443,
+            "IpProtocol": "tcp",
+            "ToPort": 443,
+        },
         {
             "CidrIp": "0.0.0.0/0",
             "Description": "HTTPS to AWS service endpoints",
             "FromPort": 443,
             "IpProtocol": "tcp",
             "ToPort": 443,
-        }
+        },
     ]
     nfs = [
         rule["Properties"]

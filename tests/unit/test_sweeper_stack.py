@@ -73,7 +73,7 @@ def test_one_function_per_step_from_the_sweeper_code(template: Template) -> None
         "AWS::Lambda::Function",
         {
             "Handler": "handler.sweep_partition",
-            "Runtime": "python3.11",
+            "Runtime": "python3.13",
             "Timeout": 270,  # ends well within one sweeper interval (5 minutes)
             "FileSystemConfigs": [Match.object_like({"LocalMountPath": "/mnt/staging"})],
             "VpcConfig": Match.object_like({"SubnetIds": Match.any_value()}),

@@ -30,6 +30,10 @@ from tidemark.writer.stream import StreamContext
 ENV_BUCKET = "TIDEMARK_BUCKET"
 ENV_LEDGER_TABLE = "TIDEMARK_LEDGER_TABLE"
 ENV_STAGING_ROOT = "TIDEMARK_STAGING_ROOT"
+#: where the function's EFS access point is mounted, when that is not the staging root itself: an
+#: archiver's stream access point at ``/mnt/<stream>``, below its staging root ``/mnt`` (which
+#: exists whether or not anything is mounted)
+ENV_STAGING_MOUNT = "TIDEMARK_STAGING_MOUNT"
 ENV_SPOOL_DIR = "TIDEMARK_SPOOL_DIR"
 
 
@@ -94,12 +98,11 @@ class Runtime:
         missing = [name for name in (ENV_BUCKET, ENV_LEDGER_TABLE, ENV_STAGING_ROOT) if not env.get(name)]
         if missing:
             raise ConfigError(f"missing environment variable(s): {', '.join(missing)}")
-        if not os.path.isdir(env[ENV_STAGING_ROOT]):
-            # Never run on an unmounted staging file system: every accepted segment would look
-            # missing, and flushes would be quarantined instead of archived.
-            raise ConfigError(
-                f"{ENV_STAGING_ROOT}={env[ENV_STAGING_ROOT]} is not a directory: is the EFS access point mounted?"
-            )
+        for name in (ENV_STAGING_ROOT, ENV_STAGING_MOUNT):
+            if name in env and not os.path.isdir(env[name]):
+                # Never run on an unmounted staging file system: every accepted segment would look
+                # missing, and flushes would be quarantined instead of archived.
+                raise ConfigError(f"{name}={env[name]} is not a directory: is the EFS access point mounted?")
         return cls.build(
             load_config_from_env(dict(env)),
             bucket=env[ENV_BUCKET],

@@ -18,6 +18,7 @@ from tidemark.config.units import Duration
 
 VPC_ID = r"^vpc-[0-9a-f]{8}([0-9a-f]{9})?$"
 SUBNET_ID = r"^subnet-[0-9a-f]{8}([0-9a-f]{9})?$"
+PREFIX_LIST_ID = r"^pl-[0-9a-f]{8}([0-9a-f]{9})?$"
 ECR_IMAGE_URI = (
     r"^\d{12}\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com(\.cn)?/[a-z0-9._/-]+(:[A-Za-z0-9._-]+|@sha256:[0-9a-f]{64})$"
 )
@@ -50,6 +51,11 @@ class NetworkSettings(_Model):
     #: gateway endpoints for S3 and DynamoDB, interface endpoints for STS and Lambda; default: on
     #: for a created VPC, off for an existing one (which usually has its own)
     create_endpoints: bool | None = None
+    #: the region's managed prefix lists of the S3 and DynamoDB gateway endpoints
+    #: (``{s3: pl-63a5400a, dynamodb: pl-02cd2c6b}``), to which the functions' HTTPS egress is
+    #: limited (with the VPC's own range, for interface endpoints); without them the stack looks
+    #: them up at synth when it has an account and region, else HTTPS may go anywhere (a warning)
+    prefix_list_ids: dict[Literal["s3", "dynamodb"], str] | None = None
 
     @field_validator("subnet_ids")
     @classmethod
@@ -74,6 +80,12 @@ class NetworkSettings(_Model):
 
     @model_validator(mode="after")
     def _existing(self) -> NetworkSettings:
+        if self.prefix_list_ids is not None:
+            if set(self.prefix_list_ids) != {"s3", "dynamodb"}:
+                raise ValueError("prefix_list_ids: give both s3 and dynamodb")
+            for name, value in self.prefix_list_ids.items():
+                if not re.match(PREFIX_LIST_ID, value):
+                    raise ValueError(f"prefix_list_ids.{name}: {value!r} is not a prefix list id (pl-...)")
         if self.subnet_ids and self.vpc_id is None:
             raise ValueError("subnet_ids needs vpc_id (they select subnets of an existing VPC)")
         if self.subnet_ids and len(self.subnet_ids) < 2:
