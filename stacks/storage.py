@@ -260,7 +260,9 @@ class StorageConstruct(Construct):
         self._aggregates_table = self._table("AggregatesTable", aggregate_keys, ttl_attribute=None)
 
     def _table(self, construct_id: str, keys: LedgerTableKeys, *, ttl_attribute: str | None) -> dynamodb.Table:
-        """A retained table with point-in-time recovery."""
+        """A retained table with point-in-time recovery that refuses deletion (``DeleteTable``
+        fails until deletion protection is turned off on purpose): an empty ledger would archive
+        retained records again."""
         return dynamodb.Table(
             self,
             construct_id,
@@ -272,6 +274,7 @@ class StorageConstruct(Construct):
             ),
             time_to_live_attribute=ttl_attribute,
             removal_policy=RemovalPolicy.RETAIN,
+            deletion_protection=True,
         )
 
     @staticmethod

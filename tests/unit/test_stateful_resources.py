@@ -56,3 +56,10 @@ def test_the_stateful_resources_are_retained_on_delete_and_replacement(synthesiz
 def test_the_stack_refuses_destroy_until_its_termination_protection_is_lifted(synthesized) -> None:
     stack, _template = synthesized
     assert stack.termination_protection is True
+
+
+def test_the_tables_refuse_deletion(synthesized) -> None:
+    _stack, template = synthesized
+    tables = template.find_resources("AWS::DynamoDB::Table")
+    assert len(tables) == 2
+    assert all(table["Properties"]["DeletionProtectionEnabled"] is True for table in tables.values())
