@@ -72,6 +72,11 @@ CASES: list[tuple[str, Edit, str]] = [
     ),
     ("image missing", _set("pipeline.image_uri", None), r"pipeline\.image_uri is required"),
     ("bad image URI", _set("pipeline.image_uri", "docker.io/tidemark:1"), r"pipeline\.image_uri: String should match"),
+    (
+        "image by tag alone",
+        _set("pipeline.image_uri", "123456789012.dkr.ecr.us-east-1.amazonaws.com/tidemark-spark:0.1.0"),
+        r"pipeline\.image_uri: String should match",
+    ),
     ("not Spark 3.5", _set("pipeline.release_label", "emr-6.15.0"), r"pipeline\.release_label: String should match"),
     (
         "job outlasting its schedule",

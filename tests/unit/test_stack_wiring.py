@@ -6,6 +6,7 @@ Synthesized in-process (jsii runs the CDK in a local Node process): no Docker, n
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -116,7 +117,10 @@ def test_the_spark_image_is_the_one_the_stack_runs() -> None:
     dockerfile = (REPO / "jobs" / "image" / "Dockerfile").read_text()
     assert f"ENV PYSPARK_PYTHON={IMAGE_PYTHON}" in dockerfile
     assert f"ARG EMR_RELEASE={PipelineSettings().release_label}" in dockerfile
-    assert "/spark/${EMR_RELEASE}:latest" in dockerfile
+    # the base image by digest, with no default: a build without one fails (issue 31)
+    assert "/spark/${EMR_RELEASE}@${EMR_IMAGE_DIGEST}" in dockerfile
+    assert re.search(r"^ARG EMR_IMAGE_DIGEST$", dockerfile, re.MULTILINE)
+    assert ":latest\n" not in dockerfile.split("FROM", 1)[1]
 
 
 # --- EFS staging -------------------------------------------------------------------------------

@@ -19,9 +19,10 @@ from tidemark.config.units import Duration
 VPC_ID = r"^vpc-[0-9a-f]{8}([0-9a-f]{9})?$"
 SUBNET_ID = r"^subnet-[0-9a-f]{8}([0-9a-f]{9})?$"
 PREFIX_LIST_ID = r"^pl-[0-9a-f]{8}([0-9a-f]{9})?$"
-ECR_IMAGE_URI = (
-    r"^\d{12}\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com(\.cn)?/[a-z0-9._/-]+(:[A-Za-z0-9._-]+|@sha256:[0-9a-f]{64})$"
-)
+#: an ECR image by digest (``<repo>@sha256:<64 hex>``: CloudFormation's ImageUri takes a tag or a
+#: digest, not both): a tag can be moved to another image, a digest cannot, so a redeploy runs
+#: exactly the image that was tested
+ECR_IMAGE_URI = r"^\d{12}\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com(\.cn)?/[a-z0-9._/-]+@sha256:[0-9a-f]{64}$"
 #: EMR Serverless 7.x releases ship Spark 3.5.x, the minor version the job is tested on
 EMR_7_RELEASE = r"^emr-7\.\d+\.\d+$"
 EMAIL = r"^[^@\s]+@[^@\s]+\.[^@\s]+$"
@@ -189,7 +190,8 @@ class PipelineSettings(_Model):
     """The EMR Serverless Spark application and the schedule that runs the aggregation job."""
 
     release_label: str = Field(default="emr-7.5.0", pattern=EMR_7_RELEASE)
-    #: an image built from jobs/image/Dockerfile: EMR's own image has Python 3.9, the job needs 3.11
+    #: an image built from jobs/image/Dockerfile, by digest (``...@sha256:...``): EMR's own image
+    #: has Python 3.9, the job needs 3.11
     image_uri: str | None = Field(default=None, pattern=ECR_IMAGE_URI)
     schedule: Duration = timedelta(hours=1)
     # CloudFormation's own patterns for MaximumAllowedResources
