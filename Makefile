@@ -5,7 +5,7 @@ SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 PY := $(VENV)/bin/python
-DEPS_HASH := $(shell cat pyproject.toml | sha1sum | cut -c1-12)
+DEPS_HASH := $(shell cat pyproject.toml requirements/dev.lock | sha1sum | cut -c1-12)
 STAMP := $(VENV)/.installed-$(DEPS_HASH)
 PYTEST_ARGS ?=
 # `make test` runs pytest in two worker processes (pytest-xdist): the suite waits on brokers,
@@ -17,14 +17,26 @@ NODE_STAMP := node_modules/.installed-$(shell cat package.json package-lock.json
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
 
-.PHONY: java rabbitmq install test unit integration e2e lint typecheck bench demo synth deploy destroy clean
+.PHONY: java rabbitmq install lock test unit integration e2e lint typecheck bench demo synth deploy destroy clean
 
-$(STAMP): pyproject.toml
+# Every dependency from the lock, by hash (requirements/dev.lock: `make lock` writes it from
+# pyproject.toml); then the project itself, whose dependencies the lock already holds (hash mode
+# refuses an editable install, so it is a second step, without dependencies).
+$(STAMP): pyproject.toml requirements/dev.lock
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required, found " + sys.version' 
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,cdk,demo,spark,formats]'
+	$(PY) -m pip install --quiet --require-hashes -r requirements/dev.lock
+	$(PY) -m pip install --quiet --no-deps -e .
 	@rm -f $(VENV)/.installed-* && touch $@
+
+# Re-resolve requirements/dev.lock from pyproject.toml (pip-tools in a venv of its own; Python 3.11).
+lock:
+	@test -x .cache/pip-tools/bin/pip-compile || { $(PYTHON) -m venv .cache/pip-tools && .cache/pip-tools/bin/pip install --quiet pip-tools; }
+	.cache/pip-tools/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras --no-annotate \
+	  --no-emit-index-url --no-emit-find-links --no-header $(LOCK_ARGS) \
+	  --extra dev --extra cdk --extra demo --extra spark --extra formats --output-file requirements/dev.lock.new pyproject.toml
+	$(PY) -m tests.support.dependency_lock finish requirements/dev.lock.new requirements/dev.lock
 
 # PySpark needs a JVM (Spark 3.5: Java 8, 11 or 17).
 java:
