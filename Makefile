@@ -30,13 +30,15 @@ $(STAMP): pyproject.toml requirements/dev.lock
 	$(PY) -m pip install --quiet --no-deps -e .
 	@rm -f $(VENV)/.installed-* && touch $@
 
-# Re-resolve requirements/dev.lock from pyproject.toml (pip-tools in a venv of its own; Python 3.11).
+# Re-resolve requirements/dev.lock from pyproject.toml (pip-tools in a venv of its own; Python 3.11)
+# and the Lambda layers' locks, stacks/locks/*.lock.
 lock:
 	@test -x .cache/pip-tools/bin/pip-compile || { $(PYTHON) -m venv .cache/pip-tools && .cache/pip-tools/bin/pip install --quiet pip-tools; }
 	.cache/pip-tools/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras --no-annotate \
 	  --no-emit-index-url --no-emit-find-links --no-header $(LOCK_ARGS) \
 	  --extra dev --extra cdk --extra demo --extra spark --extra formats --output-file requirements/dev.lock.new pyproject.toml
 	$(PY) -m tests.support.dependency_lock finish requirements/dev.lock.new requirements/dev.lock
+	$(PY) -m stacks.layer_lock    # the Lambda layers' locks (aarch64, the runtime's Python)
 
 # PySpark needs a JVM (Spark 3.5: Java 8, 11 or 17).
 java:

@@ -38,6 +38,7 @@ from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
 from stacks.assets import CORE_LOCAL_ONLY, ShippedPackage, tree_hash
+from stacks.layer_lock import lock_path
 from stacks.paths import ProjectSources
 from stacks.paths import project_requirements as project_requirements  # it lived here
 from tidemark.config import StreamConfig
@@ -171,9 +172,14 @@ class PipLayerBundling:
         slim: Sequence[str] = (),
         platform: str = LAMBDA_PLATFORM,
         python_version: str = LAMBDA_PYTHON,
+        lock: Path | None = None,
         name: str = "layer",
     ) -> None:
+        """``lock``: install exactly its wheels, by hash (``stacks/layer_lock.py``), instead of
+        resolving ``requirements`` (which a host build for the tests does)."""
         self.requirements = list(requirements)
+        self.lock = lock
+        self.lock_text = lock.read_text(encoding="utf-8") if lock is not None else None
         self.packages = tuple(packages)
         self.slim = tuple(slim)
         # another platform and Python only for tests that run the layer on this machine
@@ -184,7 +190,11 @@ class PipLayerBundling:
 
     @property
     def dependency_key(self) -> list[str]:
-        """What the installed dependencies depend on: the platform, Python and the requirements."""
+        """What the installed dependencies depend on: the platform, Python and the lock's content
+        (every resolved version and wheel hash: a patched dependency changes it), or, without a
+        lock, the requirements."""
+        if self.lock_text is not None:
+            return [self.platform, self.python_version, "lock:" + hashlib.sha256(self.lock_text.encode()).hexdigest()]
         return [self.platform, self.python_version, *sorted(self.requirements)]
 
     @property
@@ -219,7 +229,7 @@ class PipLayerBundling:
             "--python-version",
             self.python_version,
             "--only-binary=:all:",
-            *self.requirements,
+            *(["--require-hashes", "--no-deps", "-r", str(self.lock)] if self.lock is not None else self.requirements),
         ]
         result = subprocess.run(command, capture_output=True, text=True, check=False)
         if result.returncode != 0:
@@ -243,6 +253,26 @@ class PipLayerBundling:
         return True
 
 
+def layer_requirements(layer: str, root: Path | ProjectSources | None = None) -> list[str]:
+    """What a layer installs: the core's ``[project].dependencies``, or the ``formats`` extra
+    pinned for Lambda (:data:`FORMATS_LAMBDA_PINS`)."""
+    sources = ProjectSources.locate(root)
+    if layer == "core":
+        return sources.requirements()
+    return [*sources.requirements("formats"), *FORMATS_LAMBDA_PINS]
+
+
+def _lock_for(layer: str, platform: str, python_version: str) -> Path | None:
+    """The layer's lock when building for the Lambda platform and Python (a host build for the
+    tests resolves the requirements for this machine instead)."""
+    if (platform, python_version) != (LAMBDA_PLATFORM, LAMBDA_PYTHON):
+        return None
+    lock = lock_path(layer)
+    if not lock.is_file():
+        raise ConfigError(f"{layer} layer: {lock} is missing (make lock)")
+    return lock
+
+
 def core_bundling(
     root: Path | ProjectSources,
     cache_dir: Path,
@@ -256,7 +286,8 @@ def core_bundling(
     if not (package_dir / "__init__.py").is_file():
         raise ConfigError(f"core layer: {package_dir} is not the tidemark package")
     return PipLayerBundling(
-        requirements=sources.requirements(),
+        requirements=layer_requirements("core", sources),
+        lock=_lock_for("core", platform, python_version),
         packages=[ShippedPackage(package_dir, leave_out=CORE_LOCAL_ONLY)],
         slim=CORE_SLIM,
         cache_dir=cache_dir,
@@ -275,7 +306,8 @@ def formats_bundling(
 ) -> PipLayerBundling:
     """How the formats layer is built: the ``formats`` extra, pinned for Lambda, slimmed."""
     return PipLayerBundling(
-        requirements=[*ProjectSources.locate(root).requirements("formats"), *FORMATS_LAMBDA_PINS],
+        requirements=layer_requirements("formats", root),
+        lock=_lock_for("formats", platform, python_version),
         slim=FORMATS_SLIM,
         cache_dir=cache_dir,
         platform=platform,
