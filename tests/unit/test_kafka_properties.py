@@ -100,8 +100,9 @@ def test_what_java_would_write_is_read_back_whole(settings, separators):
     lines = []
     for (key, value), separator in zip(settings.items(), separators, strict=False):
         written = escape(value, key=False)
-        if len(written) > 4 and not written.endswith("\\"):
-            written = written[:4] + "\\\n    " + written[4:] if written[3] != "\\" else written
+        # a continued line (Java drops a continuation's leading whitespace: never split before one)
+        if len(written) > 4 and written[3] != "\\" and written[4] not in " \t\f":
+            written = written[:4] + "\\\n    " + written[4:]
         lines.append(escape(key, key=True) + separator + written)
     parsed = {}
     for _number, line in logical_lines("\n".join(lines)):
