@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import signal
 from types import FrameType
+from typing import Annotated
 
 import typer
 
@@ -31,6 +32,35 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode="markdown",
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"tidemark {package_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print tidemark's version and exit."),
+    ] = False,
+) -> None:
+    """Tidemark: exactly-once archiving of Kafka topics into event-hour S3 objects."""
+
+
+def package_version() -> str:
+    """The installed distribution's version (``pyproject.toml``'s ``version``): the one number
+    the package, this command and the CHANGELOG's releases use."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("tidemark")
+    except PackageNotFoundError:  # run from a checkout without installing
+        return "unknown (not installed)"
+
+
 app.command(no_args_is_help=False)(demo)
 app.command()(invoke)
 app.add_typer(epoch.app, name="epoch")
