@@ -252,8 +252,7 @@ def test_cloudformation_replaces_a_bucket_whose_object_lock_changes_but_not_its_
     bucket (aws-cloudformation/cloudformation-coverage-roadmap#1929, open) -- while versioning is
     an update in place. Turning versioning on or off for a deployed stack is safe; Object Lock
     only with the bucket's creation."""
-    if not CDK_SPEC.exists():
-        pytest.skip("the CDK CLI is not installed (npm ci)")
+    assert CDK_SPEC.exists(), "the CDK CLI's resource specification is missing: run `make install` (npm ci)"
     spec = json.loads(gzip.decompress(CDK_SPEC.read_bytes()))
     entities = spec["schema"]["resource"]["entities"]
     (bucket_spec,) = [
